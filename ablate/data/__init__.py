@@ -1,0 +1,1 @@
+"""Data: corpora, the shared sentencepiece vocabulary, token-count batching and the LightningDataModule."""

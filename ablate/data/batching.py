@@ -1,0 +1,103 @@
+"""Batches built by token count (5.1: pairs batched by approximate length, ~25000 source + 25000 target
+tokens per step): sentences sorted by length, cut into micro-batches whose padded size on either side stays
+within max_tokens, micro-batches shuffled, grouped into optimizer steps and split across devices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class BatchingError(ValueError):
+    pass
+
+
+def token_batches(
+    src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, order: np.ndarray | None = None
+) -> list[np.ndarray]:
+    """Cut `order` (default: sorted by target then source length) into micro-batches with
+    n * max(src_len) <= max_tokens and n * max(tgt_len) <= max_tokens. Every index appears exactly once."""
+    if order is None:
+        order = np.lexsort((src_lens, tgt_lens))
+    longest = int(max(src_lens.max(initial=0), tgt_lens.max(initial=0)))
+    if longest > max_tokens:
+        raise BatchingError(
+            f"train.max_tokens={max_tokens} is smaller than the longest sentence "
+            f"({longest} tokens); raise it or lower data.max_len"
+        )
+    batches, start, ms, mt = [], 0, 0, 0
+    for i, idx in enumerate(order):
+        s, t = int(src_lens[idx]), int(tgt_lens[idx])
+        ms2, mt2 = max(ms, s), max(mt, t)
+        if (i - start + 1) * max(ms2, mt2) > max_tokens:
+            batches.append(order[start:i])
+            start, ms2, mt2 = i, s, t
+        ms, mt = ms2, mt2
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """One micro-batch of an optimizer step on this device."""
+
+    epoch: int
+    step: int  # optimizer step within the epoch
+    micro: int  # 0 .. accumulate-1
+    indices: np.ndarray  # sentence ids
+    step_tokens: int  # target tokens (EOS included) of the whole step over ALL devices: the loss divisor
+
+
+class StepSampler:
+    """An endless stream of micro-batches for one device, `accumulate` per optimizer step. Deterministic in
+    (seed, epoch): every device computes the same plan, so each knows the step's global token count without
+    communicating, and a run resumed after step k continues with exactly the batches an uninterrupted run
+    would have seen."""
+
+    def __init__(
+        self,
+        src_lens: np.ndarray,
+        tgt_lens: np.ndarray,
+        max_tokens: int,
+        accumulate: int,
+        world: int = 1,
+        rank: int = 0,
+        seed: int = 1,
+        shuffle: bool = True,
+    ):
+        self.src_lens, self.tgt_lens = src_lens, tgt_lens
+        self.max_tokens, self.accumulate = max_tokens, accumulate
+        self.world, self.rank, self.seed, self.shuffle = world, rank, seed, shuffle
+        self.start = (0, 0)  # (epoch, step)
+        token_batches(src_lens, tgt_lens, max_tokens)  # fail early on impossible budgets
+
+    def epoch_plan(self, epoch: int) -> list[list[np.ndarray]]:
+        """The micro-batches of every optimizer step of an epoch, all devices (per_step = accumulate * world
+        each; device r takes r, r + world, ...)."""
+        rng = np.random.default_rng([self.seed, epoch])
+        # Random tie-breaking among equal lengths, so batches differ between epochs.
+        noise = rng.permutation(len(self.src_lens))
+        order = np.lexsort((noise, self.src_lens, self.tgt_lens))
+        micro = token_batches(self.src_lens, self.tgt_lens, self.max_tokens, order)
+        if self.shuffle:
+            micro = [micro[i] for i in rng.permutation(len(micro))]
+        per_step = self.accumulate * self.world
+        n_steps = max(1, -(-len(micro) // per_step))
+        # Wrap around so every device gets the same number of micro-batches (DDP needs equal work).
+        micro = [micro[i % len(micro)] for i in range(n_steps * per_step)]
+        return [micro[k * per_step : (k + 1) * per_step] for k in range(n_steps)]
+
+    def __iter__(self):
+        epoch, step = self.start
+        while True:
+            plan = self.epoch_plan(epoch)
+            for k in range(step, len(plan)):
+                step_tokens = int(sum(int(self.tgt_lens[b].sum()) for b in plan[k]))
+                for j, idx in enumerate(plan[k][self.rank :: self.world]):
+                    yield MicroBatch(epoch, k, j, idx, step_tokens)
+            epoch, step = epoch + 1, 0
+
+    def resume_after(self, epoch: int, step: int) -> None:
+        self.start = (epoch, step + 1)

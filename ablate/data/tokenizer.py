@@ -1,0 +1,95 @@
+"""The shared source/target vocabulary (5.1): one sentencepiece model, learned once per (corpus, size, type)
+and reused by every run that asks for the same, so the members of a sweep share it."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import random
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import sentencepiece as spm
+
+PAD, UNK, BOS, EOS = 0, 1, 2, 3
+
+
+class VocabError(ValueError):
+    pass
+
+
+@contextmanager
+def file_lock(path: Path):
+    """An exclusive lock so that concurrent sweep members build a shared artefact once."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def vocab_key(corpus_key: str, vocab_size: int, model_type: str, n_sentences: int) -> str:
+    return hashlib.sha256(f"{corpus_key}|{vocab_size}|{model_type}|{n_sentences}".encode()).hexdigest()[:16]
+
+
+def load_or_train(
+    cache_dir: str,
+    corpus_key: str,
+    sentences: list[str],
+    vocab_size: int,
+    model_type: str = "bpe",
+    max_sentences: int = 2_000_000,
+    seed: int = 0,
+) -> spm.SentencePieceProcessor:
+    """Return the model at <cache>/spm/<key>/spm.model, learning it first if absent (atomically: learn in a
+    temporary folder, then rename)."""
+    key = vocab_key(corpus_key, vocab_size, model_type, max_sentences)
+    final = Path(cache_dir) / "spm" / key
+    model_path = final / "spm.model"
+    with file_lock(Path(cache_dir) / "spm" / f".{key}.lock"):
+        if not model_path.is_file():
+            _train(final, sentences, vocab_size, model_type, max_sentences, seed)
+    return spm.SentencePieceProcessor(model_file=str(model_path))
+
+
+def _train(
+    final: Path, sentences: list[str], vocab_size: int, model_type: str, max_sentences: int, seed: int
+) -> None:
+    if len(sentences) > max_sentences:
+        sentences = random.Random(seed).sample(sentences, max_sentences)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
+    try:
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(sentences),
+                model_prefix=str(tmp / "spm"),
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=1.0,
+                pad_id=PAD,
+                unk_id=UNK,
+                bos_id=BOS,
+                eos_id=EOS,
+                input_sentence_size=max_sentences,
+                shuffle_input_sentence=True,
+                num_threads=os.cpu_count() or 1,
+                minloglevel=2,
+                train_extremely_large_corpus=False,
+            )
+        except RuntimeError as e:
+            msg = str(e).splitlines()[-1] if str(e) else "sentencepiece failed"
+            if "Vocabulary size" in msg or "vocab_size" in msg:
+                raise VocabError(
+                    f"data.vocab_size={vocab_size} is larger than this corpus supports: {msg}"
+                ) from None
+            raise VocabError(f"sentencepiece training failed: {msg}") from None
+        os.replace(tmp, final) if not final.exists() else None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

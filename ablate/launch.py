@@ -1,0 +1,149 @@
+"""One process group per job: a run on several devices starts its own worker processes and waits for them.
+
+Lightning's default DDP launcher re-runs sys.argv in the children; inside a Hydra multirun that re-runs the
+whole sweep, and ranks of different jobs can pair up. Here the job (the process Hydra called) writes its
+resolved config, starts one worker per device with the torch.distributed environment set (so Lightning sees
+processes created externally and launches nothing), supervises them, and fails the job with a clear message
+as soon as any rank fails. Under SLURM (submitit), each task already is one rank and no spawning happens.
+
+    python -m ablate.launch <run_dir>/job_config.json     (a worker; started by spawn_job)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from ablate import results
+from ablate.config import RunConfig, to_dataclass
+
+FAULT_ENV = "ABLATE_FAULT_RANK"  # tests: this rank raises at start-up, to exercise the failure path
+
+
+class JobFailed(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_job(cfg: RunConfig, out: Path) -> dict:
+    world = cfg.trainer.devices
+    out.mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "job_config.json"
+    results.atomic_write_json(cfg_path, asdict(cfg))
+    port = _free_port()
+    procs, logs = [], []
+    threads = max(1, (os.cpu_count() or 1) // world) if cfg.trainer.accelerator == "cpu" else None
+    for rank in range(world):
+        env = dict(
+            os.environ,
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            WORLD_SIZE=str(world),
+            NODE_RANK="0",
+            LOCAL_RANK=str(rank),
+            RANK=str(rank),
+        )
+        if threads:
+            env["OMP_NUM_THREADS"] = str(threads)
+        log = out / f"rank{rank}.log"
+        logs.append(log)
+        stdout = None if rank == 0 else open(log, "w")
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "ablate.launch", str(cfg_path)],
+                env=env,
+                stdout=stdout,
+                stderr=subprocess.STDOUT if stdout else None,
+            )
+        )
+    print(f"[ablate] {results.run_id(cfg)}: {world} worker processes (ports {port}), logs in {out}")
+    failed = _supervise(procs)
+    if failed is not None:
+        rank, code = failed
+        reason = f"rank {rank} exited with code {code}" + (f" (see {logs[rank]})" if rank else "")
+        _mark_failed(cfg, out / results.RECORD_NAME, reason)
+        raise JobFailed(reason)
+    return results.read_record(out / results.RECORD_NAME)
+
+
+def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
+    """Wait for all workers; on the first failure stop the rest (a peer would wait for it forever)."""
+
+    def forward(signum, _frame):  # preemption: pass SIGTERM/SIGUSR1 on so workers checkpoint
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGUSR1)}
+    try:
+        while True:
+            codes = [p.poll() for p in procs]
+            bad = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+            if bad:
+                for p in procs:
+                    if p.poll() is None:
+                        p.terminate()
+                deadline = time.time() + 15
+                for p in procs:
+                    try:
+                        p.wait(timeout=max(0.1, deadline - time.time()))
+                    except subprocess.TimeoutExpired:
+                        p.kill()
+                return bad[0]
+            if all(c == 0 for c in codes):
+                return None
+            time.sleep(0.2)
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _mark_failed(cfg: RunConfig, path: Path, reason: str) -> None:
+    """The job's record says failed, with the reason, whether or not rank 0 got as far as writing one."""
+    try:
+        rec = results.read_record(path)
+    except results.RecordError:
+        rec = {
+            "schema_version": results.SCHEMA_VERSION,
+            "run_id": results.run_id(cfg),
+            "row": cfg.model.name,
+            "group": cfg.model.group,
+            "seed": cfg.seed,
+            "task": cfg.task,
+            "sweep": cfg.sweep_name,
+            "config": asdict(cfg),
+            "metrics": {},
+            "status": "failed",
+            "started": results.now(),
+        }
+    if rec["status"] != "finished":
+        rec.update(status="failed", reason=reason, finished=results.now())
+        results.atomic_write_json(path, rec)
+
+
+def worker_main(cfg_path: str) -> None:
+    from ablate.data.datamodule import prepare_corpus
+    from ablate.train import run_worker
+
+    cfg = to_dataclass(OmegaConf.create(json.loads(Path(cfg_path).read_text())))
+    if os.environ.get(FAULT_ENV) == os.environ.get("RANK"):
+        raise RuntimeError(f"injected fault in rank {os.environ['RANK']} ({FAULT_ENV})")
+    run_worker(cfg, prepare_corpus(cfg.data))
+
+
+if __name__ == "__main__":
+    worker_main(sys.argv[1])

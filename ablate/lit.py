@@ -1,0 +1,212 @@
+"""The LightningModule: label-smoothed training (5.3, 5.4), token-weighted dev perplexity, dev BLEU.
+
+Each training batch is one micro-batch of an optimizer step; Lightning accumulates `accumulate` of them. The
+loss of a micro-batch is its summed label-smoothed loss divided by the target tokens of the WHOLE step on all
+devices (known from the deterministic batch plan), times the factors Lightning and DDP divide by, so the
+gradient is exactly the per-token mean over the step's ~25000 target tokens.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytorch_lightning as pl
+import sacrebleu
+import torch
+
+from ablate.config import RunConfig
+from ablate.data.dataset import Batch
+from ablate.data.tokenizer import BOS, EOS, PAD
+from ablate.decode import CachedStepper, beam_search, greedy_search
+from ablate.loss import label_smoothed_loss
+from ablate.model import Transformer, TransformerConfig
+from ablate.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
+
+
+class NonFiniteLoss(RuntimeError):
+    pass
+
+
+@dataclass
+class EvalAccumulator:
+    """Sums and denominators over a dev pass; divided once at the end (after summing across devices)."""
+
+    nll: float = 0.0
+    tokens: int = 0
+    index: list[np.ndarray] = field(default_factory=list)
+    sent_nll: list[np.ndarray] = field(default_factory=list)
+    sent_tokens: list[np.ndarray] = field(default_factory=list)
+    hyps: dict[int, list[int]] = field(default_factory=dict)
+
+
+class TranslationModule(pl.LightningModule):
+    def __init__(self, cfg: RunConfig, model_cfg: TransformerConfig, total_steps: int, accumulate: int):
+        super().__init__()
+        self.cfg, self.total_steps, self.accumulate = cfg, total_steps, accumulate
+        self.model = Transformer(model_cfg)
+        self.eval_bleu = False  # set by the caller / schedule: decode the dev set in this validation pass
+        self.acc = EvalAccumulator()
+        self.last_eval: dict = {}
+        self.last_position: tuple[int, int] | None = None  # (epoch, step) of the last finished step
+        self._t0 = time.perf_counter()
+        self._tokens_since = 0
+        self.train_tokens = 0
+        self.tokenizer = None  # sentencepiece processor, set by train()
+        self.references: list[str] = []
+        self.n_evals = 0
+
+    # -- optimization --------------------------------------------------------------------------------------
+
+    def lr_at(self, step: int) -> float:
+        t, d = self.cfg.train, self.model.cfg.d_model
+        if t.lr_schedule == "cosine":
+            return linear_warmup_cosine_lr(step, t.lr_peak, t.warmup_steps, self.total_steps)
+        return inverse_sqrt_lr(step, d, t.warmup_steps, t.lr_scale)
+
+    def configure_optimizers(self):
+        t = self.cfg.train
+        opt = make_adam(self.model.parameters(), betas=tuple(t.adam_betas), eps=t.adam_eps)
+        # LambdaLR counts from 0 for the first step; equation 3 counts from 1.
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: self.lr_at(i + 1))
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        if isinstance(batch, Batch):
+            return batch.to(device)
+        mb, b = batch
+        return mb, b.to(device)
+
+    def training_step(self, batch, batch_idx):
+        mb, b = batch
+        hidden = self.model(b.src, b.tgt_in)
+        sums = label_smoothed_loss(self.model.logits(hidden), b.tgt_out, self.cfg.model.label_smoothing, PAD)
+        world = self.trainer.world_size if self.trainer else 1
+        loss = sums.smoothed * (world * self.accumulate / mb.step_tokens)
+        if not torch.isfinite(loss):
+            step = self.global_step + 1
+            if self.cfg.train.on_nonfinite == "skip":
+                self.print(f"step {step}: non-finite loss, micro-batch skipped (train.on_nonfinite=skip)")
+                return None
+            raise NonFiniteLoss(
+                f"non-finite training loss at step {step} (epoch {mb.epoch}, batch "
+                f"{mb.step}.{mb.micro}); lower the learning rate or set train.on_nonfinite=skip"
+            )
+        ntok = int(sums.tokens)
+        self.train_tokens += ntok
+        self._tokens_since += ntok
+        if mb.micro == self.accumulate - 1:
+            self.last_position = (mb.epoch, mb.step)
+        self.log("train/loss", sums.smoothed / sums.tokens, prog_bar=True, batch_size=ntok)
+        self.log("train/nll", sums.nll / sums.tokens, batch_size=ntok)
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        mb, _ = batch
+        if mb.micro != self.accumulate - 1:
+            return
+        step = self.global_step
+        if step % 10 == 0 or step == self.total_steps:
+            now = time.perf_counter()
+            rate = (
+                self._tokens_since
+                * (self.trainer.world_size if self.trainer else 1)
+                / max(now - self._t0, 1e-9)
+            )
+            self._t0, self._tokens_since = now, 0
+            self.log("train/lr", self.lr_at(step), prog_bar=False)
+            self.log("train/tokens_per_s", rate, prog_bar=True)
+
+    # -- evaluation ----------------------------------------------------------------------------------------
+
+    def on_validation_epoch_start(self):
+        self.acc = EvalAccumulator()
+
+    def validation_step(self, b: Batch, batch_idx):
+        hidden = self.model(b.src, b.tgt_in)
+        sums = label_smoothed_loss(self.model.logits(hidden), b.tgt_out, 0.0, PAD, per_sentence=True)
+        self.acc.nll += float(sums.nll)
+        self.acc.tokens += int(sums.tokens)
+        self.acc.index.append(b.index.cpu().numpy())
+        self.acc.sent_nll.append(sums.nll_per_sentence.double().cpu().numpy())
+        self.acc.sent_tokens.append(sums.tokens_per_sentence.cpu().numpy())
+        if self.eval_bleu:
+            for i, hyp in zip(b.index.tolist(), self.translate(b)):
+                self.acc.hyps[i] = hyp
+
+    def translate(self, b: Batch) -> list[list[int]]:
+        d = self.cfg.decode
+        stepper = CachedStepper(self.model)
+        if d.method == "greedy":
+            out = greedy_search(stepper, b.src, b.src_lengths, BOS, EOS, d.max_len_a, d.max_len_b)
+        else:
+            out = beam_search(
+                stepper, b.src, b.src_lengths, BOS, EOS, d.beam, d.alpha, d.max_len_a, d.max_len_b
+            )
+        return out.tokens
+
+    def on_validation_epoch_end(self):
+        acc = _gather(self.acc, self.trainer.world_size if self.trainer else 1)
+        ppl = math.exp(acc.nll / max(acc.tokens, 1))
+        self.last_eval = {
+            "dev_ppl": ppl,
+            "dev_nll_sum": acc.nll,
+            "dev_tokens": acc.tokens,
+            "step": self.global_step,
+        }
+        self.log("dev/ppl", ppl, sync_dist=False, rank_zero_only=True)
+        if self.eval_bleu and self.tokenizer is not None:
+            order = np.argsort(np.concatenate(acc.index)) if acc.index else np.array([], dtype=int)
+            n = len(order)
+            hyps = [self.tokenizer.decode(acc.hyps[i]) for i in range(n)]
+            refs = self.references[:n]
+            bleu = sacrebleu.metrics.BLEU()
+            score = bleu.corpus_score(hyps, [refs])
+            stats = np.array(bleu._extract_corpus_statistics(hyps, [refs]), dtype=np.int64)
+            self.last_eval.update(
+                {
+                    "dev_bleu": score.score,
+                    "dev_bleu_signature": str(bleu.get_signature()),
+                    "hyps": hyps,
+                    "bleu_stats": stats,
+                    "sent_nll": np.concatenate(acc.sent_nll)[order],
+                    "sent_tokens": np.concatenate(acc.sent_tokens)[order],
+                }
+            )
+            self.log("dev/bleu", score.score, rank_zero_only=True)
+        self.n_evals += 1
+
+    # -- checkpoint state beyond Lightning's: the data position ---------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint):
+        checkpoint["ablate"] = {
+            "position": self.last_position,
+            "train_tokens": self.train_tokens,
+            "rng_cpu": torch.get_rng_state(),
+            "rng_cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        }
+
+    def on_load_checkpoint(self, checkpoint):
+        state = checkpoint.get("ablate", {})
+        self.last_position = tuple(state["position"]) if state.get("position") else None
+        self.train_tokens = state.get("train_tokens", 0)
+        self._restored_rng = state
+
+
+def _gather(acc: EvalAccumulator, world: int) -> EvalAccumulator:
+    """Sum the accumulators of all devices (ranks hold disjoint dev sentences)."""
+    if world <= 1 or not torch.distributed.is_initialized():
+        return acc
+    parts: list = [None] * world
+    torch.distributed.all_gather_object(parts, acc)
+    out = EvalAccumulator()
+    for p in parts:
+        out.nll += p.nll
+        out.tokens += p.tokens
+        out.index += p.index
+        out.sent_nll += p.sent_nll
+        out.sent_tokens += p.sent_tokens
+        out.hyps.update(p.hyps)
+    return out

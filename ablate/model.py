@@ -1,0 +1,332 @@
+"""The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), in plain PyTorch.
+
+Read top to bottom in the paper's order: config, embeddings + positions (section 3.4, 3.5), multi-head
+attention (3.2), the position-wise feed-forward network (3.3), encoder and decoder layers (3.1), the stacks,
+and the model with its incremental-decoding cache. Only torch is imported here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+@dataclass
+class TransformerConfig:
+    vocab_size: int
+    n_layers: int = 6  # N
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8  # h
+    d_k: int = 64  # set independently of d_model / h: Table 3 rows (A) and (B)
+    d_v: int = 64
+    dropout: float = 0.1  # P_drop: residual and embedding dropout (section 5.4)
+    attn_dropout: float = 0.0  # not in the paper's MT recipe; the parsing experiment tuned it (6.3)
+    relu_dropout: float = 0.0  # not in the paper
+    positional: str = "sinusoidal"  # sinusoidal | learned (Table 3 row E)
+    norm: str = "post"  # post: LayerNorm(x + Sublayer(x)) as in 3.1 | pre: x + Sublayer(LayerNorm(x))
+    max_positions: int = 1024  # rows of the learned position table (the paper does not give it)
+    norm_eps: float = 1e-6  # tensor2tensor's value; the paper does not state one
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        if self.positional not in ("sinusoidal", "learned"):
+            raise ValueError(f"positional must be 'sinusoidal' or 'learned', got {self.positional!r}")
+        if self.norm not in ("post", "pre"):
+            raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
+        if self.positional == "sinusoidal" and self.d_model % 2:
+            raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Embeddings and positions (3.4, 3.5)
+
+
+def sinusoid_table(n_positions: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(pos / 10000^(2i/d)), interleaved (3.5)."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)[None, :]  # (1, d/2)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (P, d/2)
+    table = torch.empty(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle)
+    return table.float()
+
+
+class Positions(nn.Module):
+    """Sinusoidal (no parameters) or learned absolute positions, added to the scaled token embeddings."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.learned = cfg.positional == "learned"
+        if self.learned:
+            self.table = nn.Embedding(cfg.max_positions, cfg.d_model)
+            nn.init.normal_(self.table.weight, std=cfg.d_model**-0.5)
+        else:
+            self.register_buffer("table", sinusoid_table(cfg.max_positions, cfg.d_model), persistent=False)
+        self.d_model = cfg.d_model
+
+    def forward(self, start: int, length: int) -> Tensor:  # -> (length, d)
+        end = start + length
+        if self.learned:
+            if end > self.table.num_embeddings:
+                raise ValueError(f"position {end} exceeds the learned table ({self.table.num_embeddings})")
+            return self.table.weight[start:end]
+        if end > self.table.shape[0]:  # sinusoids extrapolate: grow the table (3.5)
+            self.table = sinusoid_table(2 * end, self.d_model).to(self.table.device)
+        return self.table[start:end]
+
+
+class Embed(nn.Module):
+    """Token embedding * sqrt(d_model) + position, then dropout (3.4, 5.4)."""
+
+    def __init__(self, cfg: TransformerConfig, shared: nn.Embedding):
+        super().__init__()
+        self.tokens = shared  # the same module in encoder, decoder and the output projection
+        self.positions = Positions(cfg)
+        self.scale = math.sqrt(cfg.d_model)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, ids: Tensor, start: int = 0) -> Tensor:  # ids (B, L) -> (B, L, d)
+        x = self.tokens(ids) * self.scale + self.positions(start, ids.shape[1])
+        return self.dropout(x)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Attention (3.2)
+
+
+@dataclass
+class LayerCache:
+    """Keys and values of one decoder layer. Self-attention grows by one position a step; the
+    encoder-decoder keys/values are computed once from the encoder output."""
+
+    self_k: Tensor  # (B, h, T_max, d_k), filled up to `length`
+    self_v: Tensor  # (B, h, T_max, d_v)
+    cross_k: Tensor  # (B, h, S, d_k)
+    cross_v: Tensor  # (B, h, S, d_v)
+
+
+class KVCache:
+    """Incremental-decoding state for the whole decoder: one LayerCache per layer and the step count."""
+
+    def __init__(self, layers: list[LayerCache], src_mask: Tensor):
+        self.layers = layers
+        self.src_mask = src_mask  # (B, 1, 1, S) True where the key is a real token
+        self.length = 0  # positions written so far
+
+    def reorder(self, index: Tensor) -> None:
+        """Keep rows `index` (B',) of every tensor, e.g. the surviving beams' parents."""
+        for c in self.layers:
+            c.self_k = c.self_k.index_select(0, index)
+            c.self_v = c.self_v.index_select(0, index)
+            c.cross_k = c.cross_k.index_select(0, index)
+            c.cross_v = c.cross_v.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
+
+
+class MultiHeadAttention(nn.Module):
+    """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
+
+    Self-attention projects Q, K and V with one fused matmul (the same parameters as three)."""
+
+    def __init__(self, cfg: TransformerConfig, self_attention: bool):
+        super().__init__()
+        h, d, dk, dv = cfg.n_heads, cfg.d_model, cfg.d_k, cfg.d_v
+        self.h, self.dk, self.dv = h, dk, dv
+        self.self_attention = self_attention
+        if self_attention:
+            self.qkv = nn.Linear(d, h * (2 * dk + dv))
+        else:
+            self.q = nn.Linear(d, h * dk)
+            self.kv = nn.Linear(d, h * (dk + dv))
+        self.out = nn.Linear(h * dv, d)
+        self.attn_dropout = cfg.attn_dropout
+
+    def _heads(self, x: Tensor, d_head: int) -> Tensor:  # (B, L, h*d_head) -> (B, h, L, d_head)
+        B, L, _ = x.shape
+        return x.view(B, L, self.h, d_head).transpose(1, 2)
+
+    def project_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:  # (B, S, d) -> 2 x (B, h, S, d_*)
+        k, v = self.kv(memory).split([self.h * self.dk, self.h * self.dv], dim=-1)
+        return self._heads(k, self.dk), self._heads(v, self.dv)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        # softmax(Q K^T / sqrt(d_k)) V (equation 1); SDPA picks a fused kernel where one applies.
+        p = self.attn_dropout if self.training else 0.0
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+        B, _, L, _ = o.shape
+        return self.out(o.transpose(1, 2).reshape(B, L, self.h * self.dv))  # (B, L, d)
+
+    def forward_self(self, x: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+        q, k, v = self.qkv(x).split([self.h * self.dk, self.h * self.dk, self.h * self.dv], dim=-1)
+        return self._attend(
+            self._heads(q, self.dk), self._heads(k, self.dk), self._heads(v, self.dv), mask, causal
+        )
+
+    def forward_self_step(self, x: Tensor, cache: LayerCache, t: int) -> Tensor:
+        """One new position t (x: (B, 1, d)) attending to positions 0..t held in the cache."""
+        q, k, v = self.qkv(x).split([self.h * self.dk, self.h * self.dk, self.h * self.dv], dim=-1)
+        cache.self_k[:, :, t : t + 1] = self._heads(k, self.dk)
+        cache.self_v[:, :, t : t + 1] = self._heads(v, self.dv)
+        return self._attend(
+            self._heads(q, self.dk), cache.self_k[:, :, : t + 1], cache.self_v[:, :, : t + 1], None, False
+        )
+
+    def forward_cross(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
+        return self._attend(self._heads(self.q(x), self.dk), k, v, mask, False)
+
+
+class FeedForward(nn.Module):
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (3.3)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.w1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
+        self.dropout = nn.Dropout(cfg.relu_dropout) if cfg.relu_dropout > 0 else nn.Identity()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(self.dropout(F.relu(self.w1(x))))
+
+
+class Residual(nn.Module):
+    """Post-LN: LayerNorm(x + Dropout(Sublayer(x))) (3.1, 5.4).
+    Pre-LN (an option): x + Dropout(Sublayer(LayerNorm(x)))."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.pre = cfg.norm == "pre"
+
+    def forward(self, x: Tensor, sublayer) -> Tensor:
+        if self.pre:
+            return x + self.dropout(sublayer(self.norm(x)))
+        return self.norm(x + self.dropout(sublayer(x)))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Layers and stacks (3.1)
+
+
+class EncoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.attn = MultiHeadAttention(cfg, self_attention=True)
+        self.ffn = FeedForward(cfg)
+        self.res1, self.res2 = Residual(cfg), Residual(cfg)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # x (B, S, d); mask (B, 1, 1, S)
+        x = self.res1(x, lambda y: self.attn.forward_self(y, mask, causal=False))
+        return self.res2(x, self.ffn)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
+        self.cross_attn = MultiHeadAttention(cfg, self_attention=False)
+        self.ffn = FeedForward(cfg)
+        self.res1, self.res2, self.res3 = Residual(cfg), Residual(cfg), Residual(cfg)
+
+    def forward(self, x: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:  # x (B, T, d)
+        # Target padding sits after the real tokens, so the causal mask alone keeps every real query
+        # away from padding keys: no target padding mask is needed.
+        x = self.res1(x, lambda y: self.self_attn.forward_self(y, None, causal=True))
+        k, v = self.cross_attn.project_kv(memory)
+        x = self.res2(x, lambda y: self.cross_attn.forward_cross(y, k, v, src_mask))
+        return self.res3(x, self.ffn)
+
+    def step(self, x: Tensor, cache: LayerCache, src_mask: Tensor, t: int) -> Tensor:  # x (B, 1, d)
+        x = self.res1(x, lambda y: self.self_attn.forward_self_step(y, cache, t))
+        x = self.res2(x, lambda y: self.cross_attn.forward_cross(y, cache.cross_k, cache.cross_v, src_mask))
+        return self.res3(x, self.ffn)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder with one embedding matrix shared by source, target and the pre-softmax projection."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+        nn.init.normal_(self.embedding.weight, std=cfg.d_model**-0.5)
+        with torch.no_grad():
+            self.embedding.weight[cfg.pad_id].zero_()
+        self.src_embed = Embed(cfg, self.embedding)
+        self.tgt_embed = Embed(cfg, self.embedding)
+        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        # Pre-LN stacks need a final norm; the paper's post-LN stack has none (section 3.1).
+        pre = cfg.norm == "pre"
+        self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if pre else nn.Identity()
+        self.dec_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if pre else nn.Identity()
+        self._init_linear()
+
+    def _init_linear(self) -> None:
+        # The paper gives no initialization; Xavier-uniform is what tensor2tensor's unit-scaling amounts to.
+        for name, p in self.named_parameters():
+            if p.dim() == 2 and "embedding" not in name and "positions" not in name:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith(".bias"):
+                nn.init.zeros_(p)
+
+    def src_mask(self, src: Tensor) -> Tensor:  # (B, S) -> (B, 1, 1, S), True = attend
+        return (src != self.cfg.pad_id)[:, None, None, :]
+
+    def encode(self, src: Tensor) -> tuple[Tensor, Tensor]:  # src (B, S) -> memory (B, S, d), mask
+        mask = self.src_mask(src)
+        x = self.src_embed(src)
+        for layer in self.encoder:
+            x = layer(x, mask)
+        return self.enc_norm(x), mask
+
+    def decode(self, tgt_in: Tensor, memory: Tensor, src_mask: Tensor) -> Tensor:  # -> hidden (B, T, d)
+        x = self.tgt_embed(tgt_in)
+        for layer in self.decoder:
+            x = layer(x, memory, src_mask)
+        return self.dec_norm(x)
+
+    def logits(self, hidden: Tensor) -> Tensor:  # (..., d) -> (..., V): the shared matrix, transposed
+        return F.linear(hidden, self.embedding.weight)
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> hidden states; see `logits`
+        memory, mask = self.encode(src)
+        return self.decode(tgt_in, memory, mask)
+
+    # -- incremental decoding ------------------------------------------------------------------------------
+
+    def start_cache(self, memory: Tensor, src_mask: Tensor, max_len: int) -> KVCache:
+        B = memory.shape[0]
+        h, dk, dv = self.cfg.n_heads, self.cfg.d_k, self.cfg.d_v
+        layers = []
+        for layer in self.decoder:
+            ck, cv = layer.cross_attn.project_kv(memory)  # computed once per source (3.2.3)
+            layers.append(
+                LayerCache(
+                    self_k=memory.new_zeros(B, h, max_len, dk),
+                    self_v=memory.new_zeros(B, h, max_len, dv),
+                    cross_k=ck,
+                    cross_v=cv,
+                )
+            )
+        return KVCache(layers, src_mask)
+
+    def step(self, tokens: Tensor, cache: KVCache) -> Tensor:
+        """Feed one token per row (tokens (B,)) at position cache.length; return logits (B, V)."""
+        t = cache.length
+        x = self.tgt_embed(tokens[:, None], start=t)  # (B, 1, d)
+        for layer, c in zip(self.decoder, cache.layers):
+            x = layer.step(x, c, cache.src_mask, t)
+        cache.length = t + 1
+        return self.logits(self.dec_norm(x[:, 0]))
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once (named_parameters de-duplicates)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)

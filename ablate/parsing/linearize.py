@@ -1,0 +1,162 @@
+"""Trees as token sequences, after Vinyals et al. 2015 ("Grammar as a Foreign Language").
+
+Section 6.3 of the paper casts English constituency parsing as sequence-to-sequence
+translation: the source is the sentence's words, the target is the linearized tree.  Opening
+brackets carry the label (``(S``), closing brackets carry it too (``)S``), and every
+preterminal is replaced by ``XX``, so POS tags are neither predicted nor scored::
+
+    (S (NP (DT The) (NN cat)) (VP (VBD sat)) (. .))  ->  (S (NP XX XX )NP (VP XX )VP XX )S
+
+:func:`delinearize` turns a model output back into a tree over the source words, repairing
+whatever is malformed so that every prediction can be scored by EVALB.
+"""
+
+from __future__ import annotations
+
+from .tree import Tree
+
+__all__ = ["XX", "linearize", "delinearize", "delinearize_with_report", "strip_tags"]
+
+XX = "XX"  # the placeholder for every preterminal, as in Vinyals et al. 2015
+DEFAULT_ROOT = "S"  # the most frequent WSJ root label; used only when the output gives no single root
+
+
+def linearize(tree: Tree) -> str:
+    """The target sequence for ``tree`` (section 6.3): ``(S (NP XX XX )NP (VP XX )VP XX )S``."""
+    out: list[str] = []
+    stack: list[Tree | str] = [tree]  # a str on the stack is a closing token waiting to be emitted
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            out.append(item)
+        elif item.is_preterminal:
+            out.append(XX)
+        else:
+            out.append("(" + item.label)
+            stack.append(")" + item.label)
+            stack.extend(reversed(item.children))
+    return " ".join(out)
+
+
+def strip_tags(tree: Tree, tag: str = XX) -> Tree:
+    """A copy of ``tree`` with every POS tag replaced by ``tag`` (what a round trip gives back)."""
+    if tree.is_preterminal:
+        return Tree.leaf(tag, tree.word or "")
+    return Tree(tree.label, [strip_tags(c, tag) for c in tree.children])
+
+
+class _Node:
+    """A constituent under construction (mutable; turned into a Tree at the end)."""
+
+    __slots__ = ("label", "kids")
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.kids: list[_Node | Tree] = []
+
+
+def _build(node: _Node, notes: list[str]) -> Tree | None:
+    """Freeze a constituent, dropping constituents without any word (returns None if empty).
+
+    Iterative post-order walk, since a garbage output can nest a few hundred brackets deep.
+    """
+    done: dict[int, Tree | None] = {}
+    stack: list[tuple[_Node, bool]] = [(node, False)]
+    while stack:
+        cur, expanded = stack.pop()
+        if not expanded:
+            stack.append((cur, True))
+            stack.extend((k, False) for k in cur.kids if isinstance(k, _Node))
+            continue
+        kids: list[Tree] = []
+        for k in cur.kids:
+            sub = k if isinstance(k, Tree) else done.pop(id(k))
+            if sub is not None:
+                kids.append(sub)
+        done[id(cur)] = Tree(cur.label, kids) if kids else None
+        if not kids and cur is not node:
+            notes.append(f"empty ({cur.label} removed")
+    return done[id(node)]
+
+
+def delinearize_with_report(
+    target: str, words: list[str], default_root: str = DEFAULT_ROOT
+) -> tuple[Tree, list[str]]:
+    """:func:`delinearize`, also returning one note per repair made (empty list if none)."""
+    notes: list[str] = []
+    top = _Node("")  # virtual root: it collects whatever is outside every constituent
+    stack = [top]
+    n_used = 0
+    for tok in target.split():
+        if tok == XX:
+            if n_used < len(words):
+                stack[-1].kids.append(Tree.leaf(XX, words[n_used]))
+                n_used += 1
+            else:
+                notes.append("extra XX dropped")
+        elif tok.startswith("(") and len(tok) > 1:
+            node = _Node(tok[1:])
+            stack[-1].kids.append(node)
+            stack.append(node)
+        elif tok.startswith(")"):
+            if len(stack) == 1:
+                notes.append(f"unmatched {tok} ignored")
+                continue
+            if tok[1:] and tok[1:] != stack[-1].label:
+                notes.append(f"{tok} closed ({stack[-1].label}")
+            stack.pop()
+        else:
+            notes.append(f"token {tok!r} ignored")
+    if len(stack) > 1:
+        notes.append(f"{len(stack) - 1} unclosed bracket(s) closed at the end")
+    if n_used < len(words):
+        notes.append(f"{len(words) - n_used} missing word(s) attached to the root")
+        top.kids.extend(Tree.leaf(XX, w) for w in words[n_used:])
+    tree = _pick_root(top, default_root, notes)
+    return tree, notes
+
+
+def _pick_root(top: _Node, default_root: str, notes: list[str]) -> Tree:
+    """Apply the root rule to the virtual root's children (see :func:`delinearize`)."""
+    built = _build(top, notes)
+    items = built.children if built is not None else []
+    constituents = [k for k in items if not k.is_preterminal]
+    if len(constituents) == 1 and len(items) == 1:
+        return constituents[0]
+    if len(constituents) == 1:
+        # Stray words before/after the single root constituent become its first/last children.
+        root = constituents[0]
+        k = items.index(root)
+        notes.append("words outside the root attached to it")
+        return Tree(root.label, items[:k] + root.children + items[k + 1 :])
+    if items:
+        notes.append(f"no single root: wrapped in ({default_root}")
+    return Tree(default_root, items)
+
+
+def delinearize(target: str, words: list[str], default_root: str = DEFAULT_ROOT) -> Tree:
+    """Rebuild a tree over ``words`` from a (possibly malformed) linearized model output.
+
+    The result is always a well-formed tree whose leaves are exactly ``words``, in order, each
+    under a preterminal tagged ``XX``.  For a well-formed target with one ``XX`` per word the
+    tree is rebuilt exactly: ``delinearize(linearize(t), words(t)) == strip_tags(t)`` for any
+    cleaned tree ``t`` (see :func:`ablate.parsing.tree.clean`).  Repair rules, applied in a
+    single left-to-right pass over the whitespace-separated tokens:
+
+    1. ``(LABEL`` opens a constituent; ``XX`` takes the next unused word.
+    2. ``)LABEL`` or ``)`` closes the innermost open constituent, even when the label differs
+       (a mismatched close label is trusted for position, not for label).
+    3. A close with no open constituent left is ignored.
+    4. Constituents still open at the end are closed there.
+    5. ``XX`` beyond the number of words is dropped.
+    6. Words never consumed (too few ``XX``) are attached, in order, as last children of the root.
+    7. Constituents with no word under them (``(NP )NP``, or emptied by rule 5) are removed.
+    8. Any other token (``(`` alone, a POS tag, ``<unk>``, ``</s>``...) is ignored.
+    9. Root: if everything lies in one top-level constituent, it is the root; if there is
+       exactly one top-level constituent plus stray words outside it, the words become its
+       first/last children; otherwise (no constituent, or several) the top-level items are
+       wrapped in a new root labelled ``default_root`` (``S``).
+
+    :func:`delinearize_with_report` also returns a note for each repair.
+    """
+    return delinearize_with_report(target, words, default_root)[0]

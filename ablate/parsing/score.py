@@ -1,0 +1,105 @@
+"""Scoring linearized parser outputs against gold trees (section 6.3, Table 4: WSJ 23 F1).
+
+``score_predictions`` rebuilds a tree from each model output over its source words
+(:func:`ablate.parsing.linearize.delinearize`, which repairs malformed outputs) and scores the
+trees with EVALB/COLLINS.prm rules (:func:`ablate.parsing.evalb.evalb`).  Figures are on
+EVALB's 0-100 scale.
+
+Command line::
+
+    python -m ablate.parsing.score GOLD.mrg PRED.txt [--sources SRC.txt] [--details]
+
+GOLD is bracketed trees (any number per line); PRED has one linearized tree per line; the
+source words default to the gold words.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .evalb import EvalbResult, evalb
+from .linearize import delinearize_with_report
+from .tree import Tree, clean, read_mrg, words
+
+__all__ = ["score_predictions", "score_trees", "main"]
+
+
+def score_trees(
+    sources: list[str], predictions: list[str], gold: list[Tree]
+) -> tuple[EvalbResult, list[Tree], list[list[str]]]:
+    """The EVALB result, the rebuilt trees, and the repair notes of each prediction."""
+    if not len(sources) == len(predictions) == len(gold):
+        raise ValueError(
+            f"score: {len(sources)} sources, {len(predictions)} predictions and {len(gold)} gold trees"
+        )
+    trees: list[Tree] = []
+    notes: list[list[str]] = []
+    for src, pred in zip(sources, predictions, strict=True):
+        tree, repairs = delinearize_with_report(pred, src.split())
+        trees.append(tree)
+        notes.append(repairs)
+    return evalb(gold, trees), trees, notes
+
+
+def score_predictions(sources: list[str], predictions: list[str], gold: list[Tree]) -> dict:
+    """Corpus EVALB figures for linearized predictions.
+
+    Returns ``f1``, ``precision``, ``recall`` and ``complete_match`` (all sentences),
+    ``f1_le40``, ``precision_le40``, ``recall_le40`` (gold length <= 40), ``average_crossing``,
+    ``n`` (sentences), ``n_valid``, ``n_error`` and ``n_skip`` (EVALB's counts: an error is a
+    source whose words differ from the gold words), and ``n_repaired`` (predictions that
+    needed at least one repair to become a tree over the source words).
+    """
+    result, _, notes = score_trees(sources, predictions, gold)
+    return _figures(result, notes)
+
+
+def _figures(result: EvalbResult, notes: list[list[str]]) -> dict:
+    full, short = result.summary(), result.summary(result.params.cutoff_len)
+    return {
+        "f1": full.fmeasure,
+        "precision": full.precision,
+        "recall": full.recall,
+        "complete_match": full.complete_match,
+        "average_crossing": full.average_crossing,
+        "f1_le40": short.fmeasure,
+        "precision_le40": short.precision,
+        "recall_le40": short.recall,
+        "n": full.n_sentences,
+        "n_valid": full.n_valid,
+        "n_error": full.n_error,
+        "n_skip": full.n_skip,
+        "n_repaired": sum(1 for n in notes if n),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; prints the summary as JSON (and EVALB's table with --details)."""
+    ap = argparse.ArgumentParser(prog="python -m ablate.parsing.score", description=__doc__.split("\n")[0])
+    ap.add_argument("gold", type=Path, help="gold trees, bracketed (.mrg or one per line)")
+    ap.add_argument("predictions", type=Path, help="one linearized tree per line")
+    ap.add_argument("--sources", type=Path, help="one source sentence per line (default: gold words)")
+    ap.add_argument("--details", action="store_true", help="also print the EVALB-style table")
+    args = ap.parse_args(argv)
+    try:
+        gold = [clean(t) for t in read_mrg(args.gold)]
+        preds = args.predictions.read_text(encoding="utf-8").splitlines()
+        if args.sources:
+            sources = args.sources.read_text(encoding="utf-8").splitlines()
+        else:
+            sources = [" ".join(words(t)) for t in gold]
+        result, _, notes = score_trees(sources, preds, gold)
+    except (OSError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.details:
+        print(result.format())
+    print(json.dumps(_figures(result, notes), indent=2, sort_keys=True))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""Read result records and the row configs they came from; pick one run per (row, seed) cell.
+
+The report depends on the record format (ablate.results) and the row YAMLs (conf/model/<row>.yaml), never on
+training code. Corrupted records become warnings that name the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ablate.config import ModelConfig
+from ablate.report import paper
+from ablate.results import code_hash, find_records
+
+DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
+_STATUS_RANK = {"finished": 0, "running": 1, "failed": 2}
+MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Row configs
+
+
+def load_row_model(path: str | Path) -> ModelConfig:
+    """A row file: `defaults: [base, _self_]` plus the keys that differ. The defaults list is ignored; the
+    keys are merged over ModelConfig's structured defaults (which are base)."""
+    from omegaconf import OmegaConf
+
+    path = Path(path)
+    raw = OmegaConf.load(path)
+    d = OmegaConf.to_container(raw, resolve=True) or {}
+    if not isinstance(d, dict):
+        raise ValueError(f"{path}: a row file must be a mapping")
+    d.pop("defaults", None)
+    if set(d) == {"model"} and isinstance(d["model"], dict):  # '# @package _global_' style
+        d = d["model"]
+    d.setdefault("name", path.stem)
+    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), d)
+    obj = OmegaConf.to_object(merged)
+    assert isinstance(obj, ModelConfig)
+    return obj
+
+
+@dataclass
+class RowConfigs:
+    models: dict[str, ModelConfig]
+    source: dict[str, str]  # row -> "yaml" | "paper" (conf/model/<row>.yaml missing: the paper's values)
+    errors: list[str] = field(default_factory=list)
+
+
+def row_configs(conf_dir: str | Path | None = None) -> RowConfigs:
+    conf_dir = Path(conf_dir) if conf_dir else DEFAULT_CONF_MODEL
+    models: dict[str, ModelConfig] = {}
+    source: dict[str, str] = {}
+    errors: list[str] = []
+    if conf_dir.is_dir():
+        for p in sorted(conf_dir.glob("*.yaml")):
+            try:
+                models[p.stem] = load_row_model(p)
+                source[p.stem] = "yaml"
+            except Exception as e:  # noqa: BLE001 - a broken row file is reported, not fatal
+                errors.append(f"{p}: unreadable row config ({e.__class__.__name__}: {e})")
+    for row, pr in paper.table3().items():
+        if row not in models:
+            models[row] = ModelConfig(**pr.model_dict())
+            source[row] = "paper"
+    order = paper.row_order(models)
+    return RowConfigs({r: models[r] for r in order}, {r: source[r] for r in order}, errors)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Runs
+
+
+@dataclass
+class Run:
+    rec: dict[str, Any]
+    stale: list[str] = field(default_factory=list)  # reasons
+
+    @property
+    def row(self) -> str:
+        return str(self.rec.get("row") or self.cfg("model", {}).get("name") or "?")
+
+    @property
+    def seed(self) -> int:
+        return int(self.rec.get("seed", self.rec.get("config", {}).get("seed", 0)))
+
+    @property
+    def status(self) -> str:
+        return self.rec["status"]
+
+    @property
+    def metrics(self) -> dict[str, Any]:
+        return self.rec.get("metrics") or {}
+
+    @property
+    def folder(self) -> Path:
+        return Path(self.rec["_path"]).parent
+
+    def cfg(self, key: str, default: Any = None) -> Any:
+        return (self.rec.get("config") or {}).get(key, default)
+
+    @property
+    def scale_name(self) -> str:
+        return str((self.cfg("scale") or {}).get("name", "paper"))
+
+    def metric(self, key: str) -> float | None:
+        v = self.metrics.get(key)
+        if v is None and key == "dev_ppl" and self.metrics.get("dev_tokens"):
+            v = float(np.exp(self.metrics["dev_nll_sum"] / self.metrics["dev_tokens"]))
+        return None if v is None else float(v)
+
+    def file(self, key: str, default: str) -> Path:
+        return self.folder / (self.rec.get("files") or {}).get(key, default)
+
+    def sentences(self) -> dict[str, np.ndarray] | None:
+        p = self.file("dev_sentences", "dev_sentences.npz")
+        if not p.is_file():
+            return None
+        try:
+            with np.load(p) as z:
+                out = {k: np.asarray(z[k]) for k in ("nll", "tokens", "bleu_stats")}
+        except Exception:  # noqa: BLE001 - a damaged file only loses the bootstrap
+            return None
+        if out["bleu_stats"].ndim != 2 or out["bleu_stats"].shape[1] != 10:
+            return None
+        return out
+
+    def curves(self) -> list[dict[str, Any]]:
+        p = self.file("curves", "curves.jsonl")
+        out = []
+        if p.is_file():
+            for line in p.read_text(encoding="utf-8").splitlines():
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                if isinstance(obj, dict) and "step" in obj:
+                    out.append(obj)
+        return out
+
+
+@dataclass
+class Collection:
+    runs: dict[str, dict[int, Run]]  # row -> seed -> the chosen run
+    rows: RowConfigs
+    warnings: list[str]
+    scale: str | None  # the scale preset of the chosen runs
+    base_effective: dict[str, Any] | None
+    scale_cfg: dict[str, Any] | None
+    excluded: list[str]  # one line per group of records left out (other scale, other task, duplicates)
+    results_dir: Path
+
+    def seeds(self) -> list[int]:
+        return sorted({s for by_seed in self.runs.values() for s in by_seed})
+
+    def finished(self, row: str) -> dict[int, Run]:
+        return {s: r for s, r in sorted(self.runs.get(row, {}).items()) if r.status == "finished"}
+
+    def template(self) -> Run | None:
+        """A run whose non-model config stands for all (the base's newest finished, else any)."""
+        cand = [r for by in self.runs.values() for r in by.values()]
+        if not cand:
+            return None
+        cand.sort(key=lambda r: (r.row != "base", _STATUS_RANK[r.status], _neg_time(r)))
+        return cand[0]
+
+
+def _neg_time(r: Run) -> str:
+    # newest first when sorting ascending: invert the ISO timestamp's characters
+    t = str(r.rec.get("finished") or r.rec.get("started") or "")
+    return "".join(chr(0x10FFFF - ord(c)) for c in t)
+
+
+def stale_reasons(run: Run, rows: RowConfigs, today: str) -> list[str]:
+    out = []
+    h = run.rec.get("code_hash")
+    if h and h != today:
+        out.append(f"code {h} != {today}")
+    model = rows.models.get(run.row)
+    rec_model = run.cfg("model") or {}
+    if model is not None and rows.source.get(run.row) == "yaml" and rec_model:
+        now = asdict(model)
+        diff = sorted(k for k in MODEL_FIELDS if k in rec_model and k in now and _ne(rec_model[k], now[k]))
+        if diff:
+            out.append("config " + ", ".join(f"{k}={rec_model[k]}->{now[k]}" for k in diff))
+    return out
+
+
+def _ne(a: Any, b: Any) -> bool:
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return abs(float(a) - float(b)) > 1e-12
+    return a != b
+
+
+def collect(
+    results_dir: str | Path = "results",
+    conf_dir: str | Path | None = None,
+    task: str = "translation",
+    scale: str | None = None,
+    sweep: str | None = None,
+    today: str | None = None,
+) -> Collection:
+    results_dir = Path(results_dir)
+    warnings: list[str] = []
+    if not results_dir.exists():
+        warnings.append(f"{results_dir}: no such folder (no records)")
+        records, errors = [], []
+    else:
+        records, errors = find_records(results_dir)
+    warnings += [f"skipped {e}" for e in errors]
+    rows = row_configs(conf_dir)
+    warnings += rows.errors
+    today = today or code_hash()
+    excluded: list[str] = []
+
+    runs = [Run(r) for r in records]
+    other_task = [r for r in runs if r.rec.get("task", "translation") != task]
+    if other_task:
+        excluded.append(f"{len(other_task)} record(s) of another task")
+    runs = [r for r in runs if r.rec.get("task", "translation") == task]
+    if sweep is not None:
+        n = len(runs)
+        runs = [r for r in runs if r.rec.get("sweep") == sweep]
+        if n - len(runs):
+            excluded.append(f"{n - len(runs)} record(s) of other sweeps than {sweep!r}")
+    scales = Counter(r.scale_name for r in runs)
+    if scale is None and scales:
+        base_scales = Counter(r.scale_name for r in runs if r.row == "base" and r.status == "finished")
+        scale = (base_scales or scales).most_common(1)[0][0]
+    if scale is not None:
+        for name, n in sorted(scales.items()):
+            if name != scale:
+                excluded.append(f"{n} record(s) of scale {name!r} (use --scale {name} to see them)")
+        runs = [r for r in runs if r.scale_name == scale]
+
+    chosen: dict[str, dict[int, Run]] = {}
+    dup = 0
+    for r in sorted(runs, key=lambda r: (_STATUS_RANK[r.status], _neg_time(r))):
+        by_seed = chosen.setdefault(r.row, {})
+        if r.seed in by_seed:
+            dup += 1
+            continue
+        r.stale = stale_reasons(r, rows, today)
+        by_seed[r.seed] = r
+    if dup:
+        excluded.append(f"{dup} older or unfinished duplicate record(s) of a (row, seed) cell")
+    chosen = {row: dict(sorted(chosen[row].items())) for row in paper.row_order(chosen)}
+    base = next(iter(chosen.get("base", {}).values()), None)
+    tmpl = base or next((r for by in chosen.values() for r in by.values()), None)
+    return Collection(
+        runs=chosen,
+        rows=rows,
+        warnings=warnings,
+        scale=scale,
+        base_effective=(base.rec.get("model_effective") if base else None),
+        scale_cfg=(tmpl.cfg("scale") if tmpl else None),
+        excluded=excluded,
+        results_dir=results_dir,
+    )

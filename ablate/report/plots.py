@@ -1,0 +1,127 @@
+"""Figures for the report (matplotlib, Agg backend, PNG): dev PPL curves per group and a forest plot of the
+BLEU difference to base."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ablate.report import paper
+from ablate.report.table3 import Analysis, RowResult, _label
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _curve(rr: RowResult, key: str = "dev_ppl") -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Steps, mean and (min, max) band over seeds, on the steps every seed logged."""
+    per_seed = []
+    for run in rr.finished.values() or rr.runs.values():
+        pts = {int(c["step"]): float(c[key]) for c in run.curves() if c.get(key) is not None}
+        if pts:
+            per_seed.append(pts)
+    if not per_seed:
+        return None
+    steps = sorted(set.intersection(*(set(p) for p in per_seed)))
+    if not steps:
+        steps = sorted(per_seed[0])
+        per_seed = per_seed[:1]
+    y = np.array([[p[s] for s in steps] for p in per_seed])
+    return np.array(steps), y.mean(0), np.stack([y.min(0), y.max(0)])
+
+
+def ppl_curves(an: Analysis, out_dir: Path) -> dict[str, Path]:
+    plt = _plt()
+    out: dict[str, Path] = {}
+    base = an.get("base")
+    groups: dict[str, list[RowResult]] = {}
+    for rr in an.rows:
+        if rr.row != "base":
+            groups.setdefault(rr.group, []).append(rr)
+    order = [g for g in paper.GROUP_ORDER if g in groups] + sorted(set(groups) - set(paper.GROUP_ORDER))
+    for g in order:
+        rows = ([base] if base else []) + groups[g]
+        curves = [(rr, c) for rr in rows if (c := _curve(rr)) is not None]
+        if not any(rr.row != "base" for rr, _ in curves):
+            continue
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for rr, (x, mean, band) in curves:
+            style = {"color": "black", "linestyle": "--"} if rr.row == "base" else {}
+            (line,) = ax.plot(x, mean, label=f"{rr.row} (n={len(rr.finished) or len(rr.runs)})", **style)
+            if band.shape[1] and (band[0] != band[1]).any():
+                ax.fill_between(x, band[0], band[1], alpha=0.2, color=line.get_color())
+        ax.set_xlabel("step")
+        ax.set_ylabel("dev perplexity (per wordpiece)")
+        ax.set_yscale("log")
+        ax.set_title(f"Table 3 group ({g}): dev PPL, mean and min-max over seeds")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"ppl_curves_{g}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        out[f"dev PPL vs steps, group {g}"] = path
+    return out
+
+
+def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]:
+    plt = _plt()
+    base = an.get("base")
+    rows = [
+        rr for rr in an.rows if rr.row != "base" and rr.cmp.get(metric) and rr.cmp[metric].diff is not None
+    ]
+    if not rows or base is None:
+        return {}
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.5))
+    y = np.arange(len(rows))[::-1]
+    base_vals = base.values[metric]
+    base_mean = float(np.mean(list(base_vals.values())))
+    prev_group = None
+    for yi, rr in zip(y, rows, strict=True):
+        c = rr.cmp[metric]
+        iv = c.interval
+        color = "tab:blue" if c.excludes_zero else "tab:gray"
+        if iv is not None:
+            ax.plot([iv[0], iv[1]], [yi, yi], color=color, lw=2)
+        ax.plot(
+            [c.diff], [yi], "o", color=color, ms=6, label="ours: mean Δ, interval" if yi == y[0] else None
+        )
+        # per-seed points: paired difference where base has the seed, else difference to base's mean
+        pts = [v - base_vals.get(s, base_mean) for s, v in rr.values[metric].items()]
+        ax.plot(
+            pts,
+            [yi + 0.18] * len(pts),
+            ".",
+            color="tab:green",
+            ms=4,
+            label="per seed" if yi == y[0] else None,
+        )
+        if c.paper_diff is not None:
+            ax.plot([c.paper_diff], [yi], "x", color="tab:red", ms=7, label="paper Δ" if yi == y[0] else None)
+        if prev_group is not None and rr.group != prev_group:
+            ax.axhline(yi + 0.5, color="lightgray", lw=0.8)
+        prev_group = rr.group
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(y, [_label(rr) for rr in rows])
+    ax.set_xlabel(f"{metric.upper()} (dev) difference to base")
+    ax.set_title(f"Table 3: {metric.upper()} Δ vs base (95% interval)")
+    ax.legend(fontsize=7, loc="best")
+    fig.tight_layout()
+    path = out_dir / f"forest_{metric}.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return {f"{metric.upper()} difference to base per row": path}
+
+
+def make_plots(an: Analysis, out_dir: str | Path) -> dict[str, Path]:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = forest(an, out_dir, "bleu")
+    out.update(ppl_curves(an, out_dir))
+    return out

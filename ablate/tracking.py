@@ -1,0 +1,85 @@
+"""Experiment loggers: W&B (online only when it can be, offline otherwise, never a prompt), CSV, or none."""
+
+from __future__ import annotations
+
+import netrc
+import os
+import socket
+from pathlib import Path
+
+from ablate.config import LoggerConfig
+
+
+def _has_wandb_key() -> bool:
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    try:
+        auth = netrc.netrc(os.path.expanduser("~/.netrc")).authenticators("api.wandb.ai")
+        return bool(auth and auth[2])
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def _reachable(host: str, timeout: float) -> bool:
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wandb_mode(cfg: LoggerConfig) -> tuple[str, str]:
+    """(mode, why). Decided within probe_timeout_s: without credentials wandb would wait for a key at a
+    prompt, and with a key but no network it blocks for minutes."""
+    env = os.environ.get("WANDB_MODE")
+    if cfg.mode != "auto":
+        return cfg.mode, f"logger.mode={cfg.mode}"
+    if env:
+        return env, f"WANDB_MODE={env}"
+    if not _has_wandb_key():
+        return "offline", "no W&B credentials (WANDB_API_KEY or ~/.netrc)"
+    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
+    if not _reachable(host, cfg.probe_timeout_s):
+        return "offline", f"{host} not reachable within {cfg.probe_timeout_s:g}s"
+    return "online", "credentials and network found"
+
+
+def make_logger(
+    cfg: LoggerConfig, run_dir: Path, run_id: str, name: str, group: str | None, tags: list[str], config: dict
+):
+    if cfg.kind == "none":
+        return False
+    if cfg.kind == "csv":
+        from pytorch_lightning.loggers import CSVLogger
+
+        return CSVLogger(save_dir=str(run_dir), name="csv", version="")
+    from pytorch_lightning.loggers import WandbLogger
+
+    mode, why = wandb_mode(cfg)
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ["WANDB_MODE"] = mode  # also stops any later prompt inside wandb
+    print(
+        f"[ablate] W&B {mode}: {why}"
+        + (f". Upload later with: wandb sync {run_dir}/wandb/offline-run-*" if mode == "offline" else "")
+    )
+    return WandbLogger(
+        project=cfg.project,
+        entity=cfg.entity,
+        group=group,
+        name=name,
+        id=run_id,
+        resume="allow",
+        save_dir=str(run_dir),
+        tags=tags,
+        mode=mode,
+        config=config,
+    )
+
+
+def finish(logger) -> None:
+    """One W&B run per job: close it so the next job of a sweep starts its own."""
+    if logger and logger.__class__.__name__ == "WandbLogger":
+        import wandb
+
+        if wandb.run is not None:
+            wandb.finish()

@@ -1,0 +1,329 @@
+"""train(cfg) -> result record: one run, start to finish (or resumed), on one or several devices."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import traceback
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
+
+from ablate import results, tracking
+from ablate.config import RunConfig, accumulation, effective_model, paper_model, total_steps, validate
+from ablate.data.datamodule import TranslationData, prepare_corpus
+from ablate.lit import TranslationModule
+from ablate.model import Transformer, count_parameters
+
+
+class StepProgress(TQDMProgressBar):
+    """A bar over optimizer steps (the training stream is endless, so Lightning cannot know its length)."""
+
+    def __init__(self, total_micro: int):
+        super().__init__(refresh_rate=5)
+        self.total_micro = total_micro
+
+    def on_train_epoch_start(self, trainer, *_):
+        super().on_train_epoch_start(trainer, *_)
+        self.train_progress_bar.reset(total=self.total_micro)
+        self.train_progress_bar.initial = trainer.global_step * trainer.lightning_module.accumulate
+
+
+class Curves(Callback):
+    """Appends train and dev figures to curves.jsonl (rank 0), read by the report."""
+
+    def __init__(self, path: Path, every: int = 10):
+        self.path, self.every = path, every
+
+    def _write(self, trainer, row: dict) -> None:
+        if trainer.global_rank == 0:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        mb, _ = batch
+        step = trainer.global_step
+        if mb.micro == module.accumulate - 1 and step % self.every == 0:
+            m = trainer.callback_metrics
+            row = {"step": step, "lr": module.lr_at(step)}
+            if "train/loss" in m:
+                row["train_loss"] = float(m["train/loss"])
+            self._write(trainer, row)
+
+    def on_validation_end(self, trainer, module):  # after the module's own epoch-end hook has computed
+        if trainer.sanity_checking or not module.last_eval:
+            return
+        row = {"step": trainer.global_step, "dev_ppl": module.last_eval["dev_ppl"]}
+        if "dev_bleu" in module.last_eval:
+            row["dev_bleu"] = module.last_eval["dev_bleu"]
+        self._write(trainer, row)
+
+
+class BleuSchedule(Callback):
+    """Decode the dev set every `bleu_every`-th evaluation during training (0: never, only at the end)."""
+
+    def __init__(self, every: int):
+        self.every = every
+
+    def on_validation_epoch_start(self, trainer, module):
+        if trainer.state.fn == "fit":
+            module.eval_bleu = self.every > 0 and (module.n_evals + 1) % self.every == 0
+
+
+class TimeLimit(Callback):
+    def __init__(self, minutes: float | None):
+        self.seconds = None if minutes is None else minutes * 60
+        self.t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.seconds is not None and time.perf_counter() - self.t0 > self.seconds:
+            trainer.should_stop = True
+
+
+def device_name(trainer: pl.Trainer) -> str:
+    if trainer.strategy.root_device.type == "cuda":
+        return torch.cuda.get_device_name(trainer.strategy.root_device)
+    return f"cpu ({torch.get_num_threads()} threads)"
+
+
+def train(cfg: RunConfig) -> dict:
+    """Run (or skip, or resume) the run this config names; return its result record."""
+    validate(cfg)
+    out = results.run_dir(cfg)
+    rec_path = out / results.RECORD_NAME
+    if cfg.resume and rec_path.is_file():
+        rec = results.read_record(rec_path)
+        if rec["status"] == "finished":
+            print(f"[ablate] {rec['run_id']} already finished: {rec_path} (skipped)")
+            return rec
+    world = cfg.trainer.devices * cfg.trainer.num_nodes
+    prepared = prepare_corpus(cfg.data)  # once, before any worker starts
+    if world > 1 and not _inside_managed_process():
+        from ablate.launch import spawn_job
+
+        return spawn_job(cfg, out)
+    return run_worker(cfg, prepared)
+
+
+def _inside_managed_process() -> bool:
+    """True when the processes of this job already exist (our own workers, or SLURM's tasks)."""
+    return "LOCAL_RANK" in os.environ or (
+        "SLURM_NTASKS" in os.environ and int(os.environ["SLURM_NTASKS"]) > 1
+    )
+
+
+def base_record(cfg: RunConfig, run_id: str, params: int, params_paper: int, model_eff) -> dict:
+    return {
+        "schema_version": results.SCHEMA_VERSION,
+        "run_id": run_id,
+        "row": cfg.model.name,
+        "group": cfg.model.group,
+        "seed": cfg.seed,
+        "status": "running",
+        "reason": None,
+        "task": cfg.task,
+        "sweep": cfg.sweep_name,
+        "config": asdict(cfg),
+        "model_effective": asdict(model_eff),
+        "params": params,
+        "params_paper_scale": params_paper,
+        "metrics": {},
+        "files": {},
+        "code_hash": results.code_hash(),
+        "git": results.git_revision(),
+        "versions": results.versions(),
+        "started": results.now(),
+    }
+
+
+def run_worker(cfg: RunConfig, prepared) -> dict:
+    """This process's part of the run (all of it on one device; one rank under DDP)."""
+    if cfg.trainer.threads:
+        torch.set_num_threads(cfg.trainer.threads)
+    pl.seed_everything(cfg.seed, workers=True, verbose=False)
+    rid, out = results.run_id(cfg), results.run_dir(cfg)
+    rank0 = int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
+    out.mkdir(parents=True, exist_ok=True)
+    meta = prepared.meta
+    model_cfg = effective_model(cfg, meta["vocab_size"])
+    steps, accumulate = total_steps(cfg), accumulation(cfg)
+    module = TranslationModule(cfg, model_cfg, steps, accumulate)
+    if cfg.train.compile:
+        module.model = torch.compile(module.model)
+    with torch.device("meta"):
+        params_paper = count_parameters(Transformer(paper_model(cfg.model)))
+    record = base_record(cfg, rid, count_parameters(module.model), params_paper, model_cfg)
+    record["data"] = {"name": cfg.data.name, "corpus_key": meta["corpus_key"], "splits": meta["splits"]}
+    record["data_hash"] = meta["corpus_key"]
+    rec_path = out / results.RECORD_NAME
+    if rank0:
+        results.atomic_write_json(rec_path, record)
+    import sentencepiece as spm
+
+    dm = TranslationData(cfg.data, prepared, cfg.train.max_tokens, accumulate, cfg.seed)
+    dm.setup()
+    module.tokenizer = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
+    module.references = dm.references("dev")
+    if cfg.decode.dev_limit:
+        module.references = module.references[: cfg.decode.dev_limit]
+    ckpt_dir = out / "checkpoints"
+    last = ckpt_dir / "last.ckpt"
+    logger = (
+        tracking.make_logger(
+            cfg.logger,
+            out,
+            rid,
+            cfg.model.name,
+            cfg.sweep_name,
+            [cfg.model.group, f"seed{cfg.seed}"],
+            asdict(cfg),
+        )
+        if rank0
+        else False
+    )
+    t_start = time.perf_counter()
+    trainer = _trainer(cfg, steps, accumulate, ckpt_dir, logger, out)
+    try:
+        if last.is_file():
+            state = torch.load(last, map_location="cpu", weights_only=True)
+            pos = state.get("ablate", {}).get("position")
+            dm.resume_position = tuple(pos) if pos else None
+            print(f"[ablate] resuming {rid} from step {state.get('global_step')}")
+        trainer.fit(module, datamodule=dm, ckpt_path=str(last) if last.is_file() else None)
+        train_time = time.perf_counter() - t_start
+        final = _final_eval(cfg, trainer, module, dm)
+    except BaseException as e:  # record the failure, then let the caller decide
+        if rank0:
+            record.update(
+                status="failed",
+                reason=_one_line(e),
+                finished=results.now(),
+                traceback=traceback.format_exc(limit=5),
+            )
+            results.atomic_write_json(rec_path, record)
+        tracking.finish(logger)
+        raise
+    if rank0:
+        _write_outputs(out, final)
+        tokens = module.train_tokens * trainer.world_size
+        record.update(
+            status="finished",
+            finished=results.now(),
+            steps=trainer.global_step,
+            target_tokens=tokens,
+            wall_time_s=time.perf_counter() - t_start,
+            train_time_s=train_time,
+            tokens_per_s=tokens / max(train_time, 1e-9),
+            flops_estimate=6.0 * record["params"] * tokens,
+            device=device_name(trainer),
+            world_size=trainer.world_size,
+            metrics={
+                k: final[k]
+                for k in ("dev_ppl", "dev_bleu", "dev_bleu_signature", "dev_nll_sum", "dev_tokens")
+                if k in final
+            },
+            files={
+                "curves": "curves.jsonl",
+                "dev_hyp": "dev.hyp.txt",
+                "dev_sentences": "dev_sentences.npz",
+                "checkpoint": "checkpoints/last.ckpt",
+            },
+        )
+        m = trainer.callback_metrics
+        if "train/loss" in m:
+            record["metrics"]["train_loss"] = float(m["train/loss"])
+        results.atomic_write_json(rec_path, record)
+        _log_final(logger, record, final)
+    tracking.finish(logger)
+    return record
+
+
+def _trainer(cfg: RunConfig, steps: int, accumulate: int, ckpt_dir: Path, logger, out: Path) -> pl.Trainer:
+    t = cfg.trainer
+    ckpt = ModelCheckpoint(
+        dirpath=ckpt_dir,
+        filename="step{step:07d}",
+        auto_insert_metric_name=False,
+        every_n_train_steps=cfg.train.checkpoint_every,
+        save_last=True,
+        save_top_k=cfg.train.keep_checkpoints,
+        monitor="step",
+        mode="max",
+    )
+    callbacks = [
+        ckpt,
+        Curves(out / "curves.jsonl"),
+        BleuSchedule(cfg.train.bleu_every),
+        TimeLimit(cfg.train.max_minutes),
+    ]
+    if t.progress_bar:
+        callbacks.append(StepProgress(steps * accumulate))
+    strategy = t.strategy
+    if strategy == "auto" and t.devices * t.num_nodes > 1:
+        from pytorch_lightning.strategies import DDPStrategy
+
+        strategy = DDPStrategy(process_group_backend="nccl" if t.accelerator == "gpu" else "gloo")
+    return pl.Trainer(
+        accelerator=t.accelerator,
+        devices=t.devices,
+        num_nodes=t.num_nodes,
+        precision=t.precision,
+        strategy=strategy,
+        max_steps=steps,
+        accumulate_grad_batches=accumulate,
+        val_check_interval=cfg.train.val_every * accumulate,
+        check_val_every_n_epoch=None,
+        num_sanity_val_steps=0,
+        logger=logger,
+        callbacks=callbacks,
+        enable_progress_bar=t.progress_bar,
+        enable_model_summary=False,
+        gradient_clip_val=cfg.train.grad_clip or None,
+        use_distributed_sampler=False,
+        log_every_n_steps=10,
+        default_root_dir=str(out),
+        limit_val_batches=1.0,
+    )
+
+
+def _final_eval(cfg: RunConfig, trainer: pl.Trainer, module: TranslationModule, dm: TranslationData) -> dict:
+    """Dev perplexity and BLEU (beam search) of the final weights, with per-sentence statistics."""
+    module.eval_bleu = True
+    limit = cfg.decode.dev_limit
+    trainer.validate(module, dataloaders=dm.eval_loader("dev", limit), verbose=False)
+    return dict(module.last_eval)
+
+
+def _write_outputs(out: Path, final: dict) -> None:
+    results.atomic_write_text(out / "dev.hyp.txt", "\n".join(final.get("hyps", [])) + "\n")
+    tmp = out / ".dev_sentences.tmp.npz"
+    np.savez(tmp, nll=final["sent_nll"], tokens=final["sent_tokens"], bleu_stats=final["bleu_stats"])
+    os.replace(tmp, out / "dev_sentences.npz")
+
+
+def _log_final(logger, record: dict, final: dict) -> None:
+    if not logger:
+        return
+    try:
+        logger.log_metrics(
+            {
+                "final/dev_ppl": final["dev_ppl"],
+                "final/dev_bleu": final.get("dev_bleu", 0.0),
+                "params": record["params"],
+            }
+        )
+        if hasattr(logger, "log_text") and final.get("hyps"):
+            n = min(record["config"]["logger"]["samples"], len(final["hyps"]))
+            logger.log_text(key="dev_samples", columns=["hypothesis"], data=[[h] for h in final["hyps"][:n]])
+    except Exception as e:  # logging must never lose a finished run
+        print(f"[ablate] logging the final metrics failed: {_one_line(e)}")
+
+
+def _one_line(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:500]

@@ -1,0 +1,203 @@
+"""`hydra/sweeper: ablate`: Hydra's BasicSweeper, plus Table 3 group names in the `model` override.
+
+    python -m ablate.run -m model=A,B,C          # A1..A4, B1, B2, C1..C7: 13 jobs, in the paper's order
+    python -m ablate.run -m model=A,base seed=1,2,3   # (A1..A4, base) x 3 seeds
+    python -m ablate.run -m model=glob(*)        # untouched: Hydra's glob over conf/model/
+
+A row is a file conf/model/<row>.yaml; its group is its `group:` key (inherited through its defaults list
+when absent, as the composed config would have it). A value of `model=` that names a row file stays that
+row (so `E`, `big` and `base` are rows); any other value that names a group becomes that group's rows,
+paper rows in the paper's order, then a user's rows by name. Values keep the order given; a row named twice
+runs once. glob(), range() and interval() values are left to Hydra. Everything else (max_batch_size,
+hydra.sweeper.params, the cartesian product over other keys) is BasicSweeper's.
+
+This module is imported by Hydra's plugin scan on every start: keep it free of torch and of `ablate`.
+"""
+
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_store import ConfigStore
+from hydra.core.object_type import ObjectType
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import Override, ValueType
+from hydra.errors import ConfigCompositionException
+from omegaconf import DictConfig, ListConfig, OmegaConf
+
+MODEL_GROUP = "model"
+
+# Table 3 top to bottom; a user's rows come after these.
+PAPER_ROWS = ("base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
+              "D1", "D2", "D3", "D4", "E", "big")
+PAPER_GROUPS = ("base", "A", "B", "C", "D", "E", "big")
+
+
+class UnknownRowError(ConfigCompositionException):
+    """A `model=` value that is neither a row nor a group; printed by Hydra as one line."""
+
+
+def _natural(name: str) -> list[Any]:
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
+
+
+def row_order(name: str) -> tuple[int, list[Any]]:
+    return (PAPER_ROWS.index(name), []) if name in PAPER_ROWS else (len(PAPER_ROWS), _natural(name))
+
+
+def group_order(name: str) -> tuple[int, list[Any]]:
+    return (PAPER_GROUPS.index(name), []) if name in PAPER_GROUPS else (len(PAPER_GROUPS), _natural(name))
+
+
+def rows_and_groups(load: Callable[[str], DictConfig | None], names: Iterable[str]) -> dict[str, str]:
+    """{row: group} for the row files `names`, in table order. `load(name)` gives a row file's raw content
+    (its `defaults` list included) or None. A row without `group:` takes the group of the row it builds on
+    (its defaults list, last entry wins, as in composition), else "base" (ModelConfig's default)."""
+    raw = {n: load(n) for n in names}
+
+    def group_of(name: str, seen: frozenset[str]) -> str:
+        cfg = raw.get(name)
+        if cfg is None:
+            return "base"
+        g = cfg.get("group") if isinstance(cfg, DictConfig) else None
+        if g is not None:
+            return str(g)
+        defaults = cfg.get("defaults")
+        parents = [d for d in defaults if isinstance(d, str)] if isinstance(defaults, ListConfig) else []
+        for parent in reversed(parents):
+            parent = parent.lstrip("/").removeprefix(f"{MODEL_GROUP}/")
+            if parent != "_self_" and parent in raw and parent not in seen:
+                return group_of(parent, seen | {name})
+        return "base"
+
+    return {n: group_of(n, frozenset()) for n in sorted(raw, key=row_order)}
+
+
+def rows_in_dir(conf_dir: str | Path) -> dict[str, str]:
+    """{row: group} for <conf_dir>/model/*.yaml (no Hydra needed)."""
+    d = Path(conf_dir) / MODEL_GROUP
+
+    def load(name: str) -> DictConfig | None:
+        cfg = OmegaConf.load(d / f"{name}.yaml")
+        return cfg if isinstance(cfg, DictConfig) else None
+
+    return rows_and_groups(load, (p.stem for p in d.glob("*.yaml")))
+
+
+def rows_from_sources(sources: Sequence[Any]) -> dict[str, str]:
+    """{row: group} from Hydra's config sources (the search path: conf/, pkg://, the ConfigStore), the first
+    source that has a row wins, as in Hydra's repository."""
+    names: set[str] = set()
+    for src in sources:
+        if src.is_group(MODEL_GROUP):
+            names.update(src.list(config_path=MODEL_GROUP, results_filter=ObjectType.CONFIG))
+
+    def load(name: str) -> DictConfig | None:
+        path = f"{MODEL_GROUP}/{name}"
+        for src in sources:
+            if src.is_config(path):
+                cfg = src.load_config(config_path=path).config
+                return cfg if isinstance(cfg, DictConfig) else None
+        return None
+
+    return rows_and_groups(load, names)
+
+
+def groups_of(rows: Mapping[str, str]) -> dict[str, list[str]]:
+    """{group: [rows in table order]}, groups in table order."""
+    out: dict[str, list[str]] = {}
+    for g in sorted(set(rows.values()), key=group_order):
+        out[g] = sorted((r for r, rg in rows.items() if rg == g), key=row_order)
+    return out
+
+
+def expand_models(values: Sequence[str], rows: Mapping[str, str]) -> list[str]:
+    """The rows that `model=<values>` means: a row name stays itself, a group name becomes its rows (table
+    order); the order of `values` is kept and a row given twice appears once. Raises UnknownRowError naming
+    the value, the valid rows and the groups."""
+    groups = groups_of(rows)
+    out: list[str] = []
+    for v in values:
+        if v in rows:
+            names = [v]
+        elif v in groups:
+            names = groups[v]
+        else:
+            only_groups = [g for g in groups if g not in rows]
+            raise UnknownRowError(
+                f"{MODEL_GROUP}={v}: no row or group named '{v}' in conf/{MODEL_GROUP}/. "
+                f"Rows: {', '.join(rows)}. Groups: {', '.join(only_groups) or '(none)'}"
+                " (a group is the `group:` key of a row file)."
+            )
+        out.extend(n for n in names if n not in out)
+    return out
+
+
+def expand_override_lines(lines: Sequence[str], parser: OverridesParser,
+                          rows: Callable[[], Mapping[str, str]]) -> list[str]:
+    """Rewrite each `model=...` line (a value or a comma/choice() sweep) into explicit rows; other lines,
+    glob()/range() sweeps and `~model` are returned as given. `rows()` is called only when needed."""
+    out: list[str] = []
+    for line in lines:
+        ov: Override = parser.parse_override(line)
+        values = _model_values(ov)
+        if values is None:
+            out.append(line)
+            continue
+        expanded = expand_models(values, rows())
+        shuffle = ov.is_choice_sweep() and getattr(ov.value(), "shuffle", False)
+        value = ",".join(expanded)
+        if shuffle:
+            value = f"shuffle({value})"
+        out.append(f"{ov.get_key_element()}={value}")
+    return out
+
+
+def _model_values(ov: Override) -> list[str] | None:
+    if ov.key_or_group != MODEL_GROUP or ov.is_delete() or ov.value_type is None:
+        return None
+    if ov.value_type == ValueType.ELEMENT:
+        v = ov.value()
+        return [v] if isinstance(v, str) else None
+    if ov.value_type in (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.CHOICE_SWEEP):
+        return list(ov.sweep_string_iterator())
+    return None  # glob(), range(), interval(): Hydra's meaning
+
+
+@dataclass
+class AblateSweeperConf:
+    _target_: str = "hydra_plugins.ablate_sweeper.ablate_sweeper.AblateSweeper"
+    max_batch_size: int | None = None
+    params: dict[str, str] | None = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="ablate", node=AblateSweeperConf, provider="ablate")
+
+
+class AblateSweeper(BasicSweeper):
+    """BasicSweeper with Table 3 groups in `model=` (from the command line and from hydra.sweeper.params)."""
+
+    def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
+        super().__init__(max_batch_size=max_batch_size, params=params)
+        self._rows: dict[str, str] | None = None
+
+    def rows(self) -> dict[str, str]:
+        if self._rows is None:
+            assert self.hydra_context is not None
+            self._rows = rows_from_sources(self.hydra_context.config_loader.get_sources())
+        return self._rows
+
+    def _expand(self, lines: Sequence[str]) -> list[str]:
+        assert self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        return expand_override_lines(list(lines), parser, self.rows)
+
+    def _parse_config(self) -> list[str]:
+        return self._expand(super()._parse_config())
+
+    def sweep(self, arguments: list[str]) -> Any:
+        return super().sweep(self._expand(arguments))

@@ -1,0 +1,19 @@
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+MULTI30K = Path(os.environ.get("ABLATE_MULTI30K", SHARED / "data" / "multi30k"))
+
+
+@pytest.fixture
+def multi30k_dir() -> Path:
+    if not (MULTI30K / "train.en.gz").is_file():
+        pytest.skip(f"Multi30k not found at {MULTI30K} (set ABLATE_MULTI30K)")
+    return MULTI30K

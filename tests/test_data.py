@@ -1,0 +1,145 @@
+import gzip
+
+import numpy as np
+import pytest
+
+from ablate.data.batching import BatchingError, StepSampler, token_batches
+from ablate.data.builtin import VERBS, builtin_splits
+from ablate.data.dataset import Encoded, collate
+from ablate.data.sources import DataError, read_parallel
+from ablate.data.tokenizer import BOS, EOS, PAD
+
+
+def lengths(n=500, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.integers(1, 60, n), rng.integers(1, 60, n)
+
+
+@pytest.mark.parametrize("max_tokens", [60, 200, 1000])
+def test_token_batches_respect_the_budget_and_drop_nothing(max_tokens):
+    s, t = lengths()
+    batches = token_batches(s, t, max_tokens)
+    for b in batches:
+        assert len(b) * max(s[b].max(), t[b].max()) <= max_tokens
+    all_idx = np.concatenate(batches)
+    assert sorted(all_idx.tolist()) == list(range(len(s)))
+
+
+def test_budget_below_longest_sentence_is_an_error():
+    with pytest.raises(BatchingError, match="train.max_tokens=50"):
+        token_batches(np.array([10, 70]), np.array([5, 5]), 50)
+
+
+def test_batches_are_length_bucketed():
+    rng = np.random.default_rng(0)
+    s = rng.integers(1, 60, 2000)
+    t = np.maximum(1, s + rng.integers(-3, 4, 2000))  # translations: correlated lengths
+    batches = token_batches(s, t, 1000)
+    padded = sum(len(b) * max(s[b].max(), t[b].max()) for b in batches)
+    real = int(np.maximum(s, t).sum())
+    assert real / padded > 0.9  # little padding when sorted by length
+
+
+def test_step_sampler_covers_each_epoch_and_splits_devices():
+    s, t = lengths(300)
+    samplers = [StepSampler(s, t, 400, accumulate=2, world=2, rank=r, seed=3) for r in range(2)]
+    plan = samplers[0].epoch_plan(0)
+    other = samplers[1].epoch_plan(0)  # every device computes the same plan
+    assert all(all(np.array_equal(a, b) for a, b in zip(p, q)) for p, q in zip(plan, other))
+    seen = np.concatenate([b for step in plan for b in step])
+    assert set(seen.tolist()) == set(range(300))  # every sentence, wrap-around may repeat a few
+    it0, it1 = iter(samplers[0]), iter(samplers[1])
+    for _ in range(4):  # two steps, two micro-batches per device
+        a, b = next(it0), next(it1)
+        assert (a.epoch, a.step, a.micro) == (b.epoch, b.step, b.micro)
+        assert not set(a.indices.tolist()) & set(b.indices.tolist())
+        step = plan[a.step]
+        assert a.step_tokens == sum(int(t[m].sum()) for m in step)
+
+
+def test_step_sampler_resumes_exactly():
+    s, t = lengths(300)
+    full = StepSampler(s, t, 400, accumulate=2, seed=5)
+    stream = iter(full)
+    items = [next(stream) for _ in range(40)]  # crosses into epoch 1
+    cut = items[13]  # the last micro-batch of a step
+    assert cut.micro == 1
+    resumed = StepSampler(s, t, 400, accumulate=2, seed=5)
+    resumed.resume_after(cut.epoch, cut.step)
+    rest = iter(resumed)
+    for expected in items[14:]:
+        got = next(rest)
+        assert (got.epoch, got.step, got.micro) == (expected.epoch, expected.step, expected.micro)
+        assert (got.indices == expected.indices).all()
+
+
+def test_epochs_differ():
+    s, t = lengths(300)
+    sm = StepSampler(s, t, 400, accumulate=1, seed=5)
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(sm.epoch_plan(0), sm.epoch_plan(1)))
+
+
+def test_collate_shifts_the_target_right():
+    enc = Encoded.from_ids([[10, 11], [12]], [[20, 21, 22], [23]])
+    b = collate(enc, np.array([0, 1]))
+    assert b.src.tolist() == [[10, 11, EOS], [12, EOS, PAD]]
+    assert b.tgt_in.tolist() == [[BOS, 20, 21, 22], [BOS, 23, PAD, PAD]]
+    assert b.tgt_out.tolist() == [[20, 21, 22, EOS], [23, EOS, PAD, PAD]]
+    assert b.src_lengths.tolist() == [2, 1]
+
+
+def test_builtin_corpus_is_deterministic_and_heldout_is_unseen():
+    a = builtin_splits(300, 30, 30, seed=7)
+    b = builtin_splits(300, 30, 30, seed=7)
+    c = builtin_splits(300, 30, 30, seed=8)
+    assert a == b and a != c
+    train = {en for en, _ in a["train"]}
+    assert not train & {en for en, _ in a["dev"]}
+    assert not train & {en for en, _ in a["test"]}
+
+
+FINITE = {v[3] for v in VERBS} | {v[4] for v in VERBS} | {"hat", "haben"}
+
+
+def test_builtin_corpus_has_agreement_and_reordering():
+    pairs = builtin_splits(3000, 10, 10, seed=1)["train"]
+    lengths_ = [len(de.split()) for _, de in pairs]
+    assert max(lengths_) >= 35 and min(lengths_) <= 5
+    # Subordinate clauses put the finite verb last: "..., weil ... sieht." never "weil ... sieht den".
+    weil = [de.split(", weil ")[1] for _, de in pairs if ", weil " in de]
+    weil = [clause.rstrip(".") for clause in weil if "," not in clause]
+    assert len(weil) > 20
+    assert all(clause.split()[-1] in FINITE for clause in weil)
+    # Masculine accusative: "sees the dog" -> "den Hund".
+    assert any("den Hund" in de for en, de in pairs if "the dog." in en)
+
+
+def write(path, lines, gz=False):
+    data = "\n".join(lines) + "\n"
+    if gz:
+        with gzip.open(path, "wt", encoding="utf-8") as f:
+            f.write(data)
+    else:
+        path.write_text(data, encoding="utf-8")
+
+
+def test_read_parallel_gzip_and_counts(tmp_path):
+    write(tmp_path / "a.en.gz", ["one", "", "two words", "x"], gz=True)
+    write(tmp_path / "a.de.gz", ["eins", "leer", "zwei Wörter", "a b c d e f g h i j k l"], gz=True)
+    split = read_parallel(str(tmp_path / "a.en.gz"), str(tmp_path / "a.de.gz"))
+    assert split.src == ["one", "two words"] and split.tgt == ["eins", "zwei Wörter"]
+    assert split.dropped == {"empty": 1, "length_ratio": 1}
+
+
+def test_mismatched_line_counts_name_both_files(tmp_path):
+    write(tmp_path / "a.en", ["one", "two"])
+    write(tmp_path / "a.de", ["eins"])
+    with pytest.raises(DataError, match=r"a\.en has 2 lines but .*a\.de has 1"):
+        read_parallel(str(tmp_path / "a.en"), str(tmp_path / "a.de"))
+
+
+def test_invalid_utf8_names_the_line(tmp_path):
+    (tmp_path / "a.en").write_bytes(b"ok\nfine\nbad \xff byte\n")
+    write(tmp_path / "a.de", ["a", "b", "c"])
+    with pytest.raises(DataError, match=r"a\.en:3: invalid UTF-8"):
+        read_parallel(str(tmp_path / "a.en"), str(tmp_path / "a.de"))

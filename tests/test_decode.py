@@ -1,0 +1,139 @@
+import math
+
+import pytest
+import torch
+
+from ablate.decode import CachedStepper, UncachedStepper, beam_search, greedy_search, length_penalty
+from ablate.model import Transformer, TransformerConfig
+
+BOS, EOS = 2, 3
+
+
+class TableStepper:
+    """A hand-built model: next-token probabilities looked up by the prefix generated so far."""
+
+    def __init__(self, table: dict[tuple, dict[int, float]], vocab: int = 8):
+        self.table, self.vocab = table, vocab
+
+    def start(self, src, max_len):
+        return [() for _ in range(src.shape[0])]
+
+    def step(self, tokens, state):
+        logits = torch.full((len(state), self.vocab), -1e9)
+        for r, tok in enumerate(tokens.tolist()):
+            prefix = state[r] + ((tok,) if tok != BOS else ())
+            state[r] = prefix
+            for t, p in self.table.get(prefix, {EOS: 1.0}).items():
+                logits[r, t] = math.log(p)
+        return logits
+
+    def reorder(self, state, index):
+        return [state[i] for i in index.tolist()]
+
+
+# Short: "4 EOS" with p = 0.5 * 0.6 = 0.30; long: "5 6 EOS" with p = 0.4 * 0.8 * 0.85 = 0.272.
+TABLE = {
+    (): {4: 0.5, 5: 0.4, 7: 0.1},
+    (4,): {EOS: 0.6, 6: 0.4},
+    (4, 6): {EOS: 0.3, 7: 0.7},
+    (4, 6, 7): {EOS: 1.0},
+    (5,): {6: 0.8, EOS: 0.2},
+    (5, 6): {EOS: 0.85, 7: 0.15},
+    (5, 6, 7): {EOS: 1.0},
+    (7,): {EOS: 1.0},
+}
+
+
+def run(alpha, beam=2, b=10):
+    src = torch.zeros(1, 3, dtype=torch.long)
+    return beam_search(
+        TableStepper(TABLE), src, torch.tensor([3]), BOS, EOS, beam=beam, alpha=alpha, max_len_b=b
+    )
+
+
+def test_length_penalty_formula():
+    assert length_penalty(1.0, 0.6) == 1.0
+    assert length_penalty(7.0, 1.0) == 2.0  # (5 + 7) / 6
+
+
+def test_beam_without_penalty_prefers_the_more_probable_short_hypothesis():
+    out = run(alpha=0.0)
+    assert out.tokens == [[4]]
+    assert out.scores[0].item() == pytest.approx(math.log(0.30), rel=1e-5)
+
+
+def test_beam_at_0_6_still_short_and_at_2_prefers_longer():
+    # alpha 0.6: short log(0.30) / ((5+2)/6)^0.6 = -1.0976; long log(0.272) / ((5+3)/6)^0.6 = -1.0956: long
+    # (the long one wins already at 0.6: the GNMT penalty favours length)
+    short = math.log(0.30) / ((5 + 2) / 6) ** 0.6
+    long = math.log(0.272) / ((5 + 3) / 6) ** 0.6
+    assert long > short
+    out = run(alpha=0.6)
+    assert out.tokens == [[5, 6]]
+    assert out.scores[0].item() == pytest.approx(long, rel=1e-5)
+    # alpha 0.3: short -1.2040 / 1.0474 = -1.1495 vs long -1.3020 / 1.0901 = -1.1943 -> short
+    assert run(alpha=0.3).tokens == [[4]]
+
+
+def test_beam_finds_what_greedy_misses():
+    # Greedy: 4 (0.5), then EOS (0.6) -> [4]; with alpha 0.6 the beam prefers [5, 6].
+    src = torch.zeros(1, 3, dtype=torch.long)
+    g = greedy_search(TableStepper(TABLE), src, torch.tensor([3]), BOS, EOS)
+    assert g.tokens == [[4]]
+    assert run(alpha=0.6, beam=1).tokens == [[4]]  # beam 1 is greedy
+
+
+def test_max_length_forces_end():
+    # input length 3, a = 1, b = -1: at most 2 tokens (EOS included) -> "4 EOS" or "5 EOS"...
+    src = torch.zeros(1, 3, dtype=torch.long)
+    out = beam_search(TableStepper(TABLE), src, torch.tensor([3]), BOS, EOS, beam=2, alpha=0.6, max_len_b=-1)
+    assert len(out.tokens[0]) <= 1
+    assert out.tokens == [[4]]  # p(4 EOS) = 0.30 > p(5 EOS) = 0.08
+
+
+def model64(seed=0, **kw):
+    torch.manual_seed(seed)
+    cfg = TransformerConfig(
+        vocab_size=30, n_layers=2, d_model=32, d_ff=64, n_heads=4, d_k=8, d_v=8, dropout=0.0, **kw
+    )
+    m = Transformer(cfg).double().eval()
+    # Sharpen the random model so that hypotheses differ in length and content.
+    with torch.no_grad():
+        m.embedding.weight.mul_(4.0)
+    return m
+
+
+@pytest.mark.parametrize("kw", [{}, {"positional": "learned"}, {"norm": "pre"}])
+def test_cached_decoding_equals_full_decoding(kw):
+    m = model64(**kw)
+    src = torch.tensor([[5, 6, 7, 8, 3, 0], [9, 10, 11, 12, 13, 3]])
+    lens = torch.tensor([4, 5])
+    a = beam_search(CachedStepper(m), src, lens, BOS, EOS, beam=4, alpha=0.6, max_len_b=6)
+    b = beam_search(UncachedStepper(m), src, lens, BOS, EOS, beam=4, alpha=0.6, max_len_b=6)
+    assert a.tokens == b.tokens
+    assert torch.allclose(a.scores, b.scores, rtol=0, atol=1e-12)
+    g1 = greedy_search(CachedStepper(m), src, lens, BOS, EOS, max_len_b=6)
+    g2 = greedy_search(UncachedStepper(m), src, lens, BOS, EOS, max_len_b=6)
+    assert g1.tokens == g2.tokens
+
+
+def test_cached_step_logits_equal_full_decoder_logits():
+    m = model64()
+    src = torch.tensor([[5, 6, 7, 3]])
+    tgt = torch.tensor([[BOS, 9, 4, 11, 12]])
+    memory, mask = m.encode(src)
+    full = m.logits(m.decode(tgt, memory, mask))[0]  # (T, V)
+    cache = m.start_cache(memory, mask, 8)
+    steps = torch.stack([m.step(tgt[:, t], cache)[0] for t in range(tgt.shape[1])])
+    assert torch.allclose(full, steps, rtol=0, atol=1e-10)
+
+
+def test_batched_beam_equals_one_sentence_at_a_time():
+    m = model64(seed=1)
+    src = torch.tensor([[5, 6, 7, 8, 3, 0, 0], [9, 10, 11, 12, 13, 14, 3]])
+    lens = torch.tensor([4, 6])
+    both = beam_search(CachedStepper(m), src, lens, BOS, EOS, beam=3, alpha=0.6, max_len_b=5)
+    one = beam_search(CachedStepper(m), src[:1, :5], lens[:1], BOS, EOS, beam=3, alpha=0.6, max_len_b=5)
+    two = beam_search(CachedStepper(m), src[1:], lens[1:], BOS, EOS, beam=3, alpha=0.6, max_len_b=5)
+    assert both.tokens == one.tokens + two.tokens
+    assert torch.allclose(both.scores, torch.cat([one.scores, two.scores]), atol=1e-9)

@@ -1,0 +1,72 @@
+import math
+
+import pytest
+import torch
+
+from ablate.loss import label_smoothed_loss
+from ablate.optim import inverse_sqrt_lr
+
+
+def test_label_smoothed_loss_by_hand():
+    # One token, V = 3, logits (0, ln 2, 0): p = (1/4, 1/2, 1/4); reference y = 1, eps = 0.1.
+    logits = torch.tensor([[[0.0, math.log(2.0), 0.0]]])
+    target = torch.tensor([[1]])
+    s = label_smoothed_loss(logits, target, eps=0.1, pad_id=99)
+    # q = (0.05, 0.9, 0.05): loss = -(0.9 ln 1/2 + 0.05 ln 1/4 + 0.05 ln 1/4)
+    #                              = 0.9 ln2 + 0.1 * 2 ln2 = 1.1 ln2
+    assert s.smoothed.item() == pytest.approx(1.1 * math.log(2.0), rel=1e-6)
+    assert s.nll.item() == pytest.approx(math.log(2.0), rel=1e-6)
+    assert s.tokens.item() == 1
+
+
+def test_padding_does_not_count():
+    logits = torch.randn(2, 3, 7)
+    target = torch.tensor([[1, 2, 0], [3, 0, 0]])
+    s = label_smoothed_loss(logits, target, eps=0.1, pad_id=0, per_sentence=True)
+    assert s.tokens.item() == 3
+    lp = torch.log_softmax(logits, -1)
+    nll = -(lp[0, 0, 1] + lp[0, 1, 2] + lp[1, 0, 3])
+    assert s.nll.item() == pytest.approx(nll.item(), rel=1e-5)
+    assert s.tokens_per_sentence.tolist() == [2, 1]
+    assert s.nll_per_sentence[1].item() == pytest.approx(-lp[1, 0, 3].item(), rel=1e-5)
+    # Full log-softmax reference for the smoothed value.
+    e = 0.1 / 6
+    ref = 0.0
+    for b, t in ((0, 0), (0, 1), (1, 0)):
+        y = target[b, t]
+        q = torch.full((7,), e)
+        q[y] = 0.9
+        ref += -(q * lp[b, t]).sum().item()
+    assert s.smoothed.item() == pytest.approx(ref, rel=1e-5)
+
+
+def test_schedule_at_known_steps():
+    # Equation 3 with d_model 512, warmup 4000.
+    assert inverse_sqrt_lr(4000, 512, 4000) == pytest.approx(6.988e-4, rel=1e-3)  # the peak
+    assert inverse_sqrt_lr(1, 512, 4000) == pytest.approx(512**-0.5 * 4000**-1.5, rel=1e-9)
+    assert inverse_sqrt_lr(2000, 512, 4000) == pytest.approx(6.988e-4 / 2, rel=1e-3)  # linear warmup
+    assert inverse_sqrt_lr(100_000, 512, 4000) == pytest.approx(1.398e-4, rel=1e-3)
+    assert inverse_sqrt_lr(4000, 1024, 4000) == pytest.approx(4.94e-4, rel=1e-3)  # big
+    assert inverse_sqrt_lr(16000, 512, 4000) == pytest.approx(inverse_sqrt_lr(4000, 512, 4000) / 2, rel=1e-9)
+
+
+def test_lightning_module_applies_step_one_first():
+    from ablate.config import RunConfig
+    from ablate.lit import TranslationModule
+    from ablate.model import TransformerConfig
+
+    cfg = RunConfig()
+    m = TranslationModule(
+        cfg,
+        TransformerConfig(vocab_size=20, n_layers=1, d_model=512, d_ff=8, n_heads=1, d_k=4, d_v=4),
+        total_steps=10,
+        accumulate=1,
+    )
+    opt_cfg = m.configure_optimizers()
+    opt, sched = opt_cfg["optimizer"], opt_cfg["lr_scheduler"]["scheduler"]
+    assert opt.param_groups[0]["lr"] == pytest.approx(inverse_sqrt_lr(1, 512, 4000))
+    assert opt.defaults["betas"] == (0.9, 0.98) and opt.defaults["eps"] == 1e-9
+    for _ in range(3):
+        opt.step()
+        sched.step()
+    assert opt.param_groups[0]["lr"] == pytest.approx(inverse_sqrt_lr(4, 512, 4000))

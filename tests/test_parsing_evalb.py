@@ -1,0 +1,202 @@
+"""EVALB / COLLINS.prm scoring, against figures worked out by hand (arithmetic in comments).
+
+Spans below are (start, end) over the words left after EVALB deletes punctuation, end exclusive.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ablate.parsing.evalb import ERROR, OK, SKIP, evalb
+from ablate.parsing.linearize import linearize
+from ablate.parsing.score import score_predictions
+from ablate.parsing.tree import Tree, parse_bracketed, words
+
+
+def _t(text: str) -> Tree:
+    return parse_bracketed(text)[0]
+
+
+# Wrong PP attachment.  Words: I0 saw1 the2 man3 with4 a5 telescope6 (the final "." is deleted).
+# Gold: S(0,7) NP(0,1) VP(1,7) NP(2,7) NP(2,4) PP(4,7) NP(5,7)  -> 7 brackets
+# Test: S(0,7) NP(0,1) VP(1,7)         NP(2,4) PP(4,7) NP(5,7)  -> 6 brackets, all in gold
+ATTACH_GOLD = _t(
+    "(S (NP (PRP I)) (VP (VBD saw) (NP (NP (DT the) (NN man)) (PP (IN with) (NP (DT a) (NN telescope)))))"
+    " (. .))"
+)
+ATTACH_TEST = _t(
+    "(S (NP (PRP I)) (VP (VBD saw) (NP (DT the) (NN man)) (PP (IN with) (NP (DT a) (NN telescope)))) (. .))"
+)
+
+# Crossing.  Words a0 b1 c2 d3.  Gold: S(0,4) X(0,2) Y(2,4).  Test: S(0,4) W(0,1) Z(1,3).
+# Z(1,3) crosses X (0<1<2<3) and Y (1<2<3<4) but counts once; W(0,1) lies inside X.
+# Matched: S only -> 1/3 recall, 1/3 precision, crossing 1.
+CROSS_GOLD = _t("(S (X (DT a) (NN b)) (Y (VBD c) (NN d)))")
+CROSS_TEST = _t("(S (W (DT a)) (Z (NN b) (VBD c)) (NN d))")
+
+# ADVP ~ PRT.  Words He0 gave1 up2.  Brackets S(0,3) NP(0,1) VP(1,3) PRT/ADVP(2,3): 4/4 matched.
+# Tags: PRP=PRP, VBD=VBD, RP!=RB -> 2 of 3 correct.
+PRT_GOLD = _t("(S (NP (PRP He)) (VP (VBD gave) (PRT (RP up))))")
+PRT_TEST = _t("(S (NP (PRP He)) (VP (VBD gave) (ADVP (RB up))))")
+
+
+def test_wrong_attachment():
+    [s] = evalb([ATTACH_GOLD], [ATTACH_TEST]).sentences
+    assert (s.status, s.matched, s.gold_brackets, s.test_brackets, s.crossing) == (OK, 6, 7, 6, 0)
+    assert (s.length, s.words, s.correct_tags) == (8, 7, 7)  # length counts ".", words do not
+    summary = evalb([ATTACH_GOLD], [ATTACH_TEST]).summary()
+    assert summary.recall == pytest.approx(100 * 6 / 7)  # 85.714
+    assert summary.precision == pytest.approx(100.0)
+    assert summary.fmeasure == pytest.approx(100 * 2 * 6 / (7 + 6))  # F = 2M/(G+T) = 92.308
+    assert summary.complete_match == 0.0
+
+
+def test_crossing_counts_test_brackets_once():
+    [s] = evalb([CROSS_GOLD], [CROSS_TEST]).sentences
+    assert (s.matched, s.gold_brackets, s.test_brackets, s.crossing) == (1, 3, 3, 1)
+
+
+def test_advp_prt_equivalence_and_tagging():
+    [s] = evalb([PRT_GOLD], [PRT_TEST]).sentences
+    assert (s.matched, s.gold_brackets, s.test_brackets, s.correct_tags, s.words) == (4, 4, 4, 2, 3)
+    # Without the equivalence (ADJP instead of ADVP): 3 of 4 match.
+    [s] = evalb([PRT_GOLD], [_t("(S (NP (PRP He)) (VP (VBD gave) (ADJP (RB up))))")]).sentences
+    assert s.matched == 3
+
+
+def test_punctuation_is_deleted_before_spans_are_computed():
+    # Words Smith , the chief , resigned .  -> kept: Smith0 the1 chief2 resigned3; length 7.
+    # Gold: S(0,4) NP(0,3) NP(0,1) NP(1,3) VP(3,4) = 5 brackets.
+    gold = _t("(S (NP (NP (NNP Smith)) (, ,) (NP (DT the) (NN chief)) (, ,)) (VP (VBD resigned)) (. .))")
+    # The test puts the second comma outside the subject NP and adds a bracket over "." only:
+    # with the punctuation deleted the spans are the same 5 (the FRAG spans no word: dropped).
+    # Without deletion its NP would be (0,4) against gold (0,5): not a match.
+    test = _t(
+        "(S (NP (NP (NNP Smith)) (, ,) (NP (DT the) (NN chief))) (, ,) (VP (VBD resigned)) (FRAG (. .)))"
+    )
+    [s] = evalb([gold], [test]).sentences
+    assert (s.length, s.words, s.matched, s.gold_brackets, s.test_brackets) == (7, 4, 5, 5, 5)
+    assert evalb([gold], [test]).summary().complete_match == 100.0
+
+
+def test_xx_tagged_output_uses_gold_tags_for_deletion():
+    gold = _t("(S (NP (NP (NNP Smith)) (, ,) (NP (DT the) (NN chief)) (, ,)) (VP (VBD resigned)) (. .))")
+    test = _t("(S (NP (NP (XX Smith)) (XX ,) (NP (XX the) (XX chief))) (XX ,) (VP (XX resigned)) (XX .))")
+    # Gold tags copied onto the test tree: same 5 brackets as above, all matched.
+    [s] = evalb([gold], [test]).sentences
+    assert (s.status, s.matched, s.gold_brackets, s.test_brackets) == (OK, 5, 5, 5)
+    assert s.correct_tags is None and evalb([gold], [test]).summary().tagging_accuracy is None
+    # Literal EVALB keeps XX-tagged punctuation: 7 test words against 4 gold words.
+    [s] = evalb([gold], [test], test_tags="own").sentences
+    assert (s.status, s.message) == (ERROR, "Length unmatch (4|7)")
+
+
+def test_duplicate_unary_brackets_are_a_multiset():
+    # Gold S(0,3) NP(0,2) NP(0,2) VP(2,3) = 4; test S(0,3) NP(0,2) VP(2,3) = 3; NP matched once.
+    gold = _t("(S (NP (NP (DT the) (NN cat))) (VP (VBD slept)))")
+    test = _t("(S (NP (DT the) (NN cat)) (VP (VBD slept)))")
+    [s] = evalb([gold], [test]).sentences
+    assert (s.matched, s.gold_brackets, s.test_brackets) == (3, 4, 3)  # recall 75, precision 100
+    [s] = evalb([test], [gold]).sentences
+    assert (s.matched, s.gold_brackets, s.test_brackets) == (3, 3, 4)  # recall 100, precision 75
+    [s] = evalb([gold], [gold]).sentences
+    assert (s.matched, s.gold_brackets, s.test_brackets) == (4, 4, 4)
+
+
+def test_top_deleted_function_tags_cut_and_traces_ignored():
+    # Raw gold: TOP is deleted, NP-SBJ-1 is cut to NP, the trace and its NP span no word.
+    gold = _t("(TOP (S (NP-SBJ-1 (PRP It)) (VP (VBD was) (VP (VBN sold) (NP (-NONE- *-1))))))")
+    test = _t("(S (NP (PRP It)) (VP (VBD was) (VP (VBN sold))))")
+    [s] = evalb([gold], [test]).sentences
+    assert (s.status, s.matched, s.gold_brackets, s.test_brackets, s.length) == (OK, 4, 4, 4, 3)
+
+
+def _long(n_words: int, extra: str) -> Tree:
+    leaves = " ".join(f"(NN w{i})" for i in range(n_words))
+    return _t(f"(S (NP {leaves}) {extra})")
+
+
+def test_length_cutoff_counts_punctuation_but_not_traces():
+    # A: 40 words + "." -> length 41 (punctuation counts): only in the "all" summary.
+    #    Gold S(0,40) NP(0,40); test is flat S(0,40): matched 1, gold 2, test 1.
+    gold_a = _long(40, "(. .)")
+    test_a = _t("(S " + " ".join(f"(NN w{i})" for i in range(40)) + " (. .))")
+    # B: 40 words + a trace -> length 40 (-NONE- does not count): in both summaries.
+    #    Gold S(0,40) NP(0,40) (the trace's NP spans nothing); test identical: 2/2/2.
+    gold_b = _long(40, "(NP (-NONE- *))")
+    test_b = _long(40, "")
+    result = evalb([gold_a, gold_b], [test_a, test_b])
+    assert [s.length for s in result.sentences] == [41, 40]
+    everything, short = result.summary(), result.summary(40)
+    every = (everything.n_sentences, everything.matched, everything.gold_brackets, everything.test_brackets)
+    assert every == (2, 3, 4, 3)
+    assert everything.recall == pytest.approx(75.0) and everything.precision == pytest.approx(100.0)
+    assert (short.n_sentences, short.matched, short.gold_brackets, short.test_brackets) == (1, 2, 2, 2)
+    assert short.fmeasure == pytest.approx(100.0)
+
+
+def test_errors_and_skips_are_counted_and_excluded():
+    gold = _t("(S (NP (PRP It)) (VP (VBD rained)) (. .))")
+    longer = _t("(S (NP (PRP It)) (VP (VBD rained) (ADVP (RB hard))) (. .))")
+    other = _t("(S (NP (PRP It)) (VP (VBD snowed)) (. .))")
+    only_punct = _t("(S (. .))")
+    result = evalb([ATTACH_GOLD, gold, gold, gold], [ATTACH_TEST, longer, other, only_punct])
+    assert [(s.status, s.message) for s in result.sentences[1:]] == [
+        (ERROR, "Length unmatch (2|3)"),
+        (ERROR, "Words unmatch (rained|snowed)"),
+        (SKIP, "Skip (test tree has no word)"),
+    ]
+    summary = result.summary()
+    assert (summary.n_sentences, summary.n_error, summary.n_skip, summary.n_valid) == (4, 2, 1, 1)
+    # Only the first sentence counts: 6 matched, 7 gold, 6 test.
+    assert (summary.matched, summary.gold_brackets, summary.test_brackets) == (6, 7, 6)
+
+
+def test_corpus_summary():
+    # Sentences: attachment (M6 G7 T6, 0 crossing), crossing (M1 G3 T3, 1), ADVP/PRT (M4 G4 T4, 0).
+    # M = 11, G = 14, T = 13: recall 11/14 = 78.571, precision 11/13 = 84.615, F = 22/27 = 81.481.
+    # Complete match 1/3 (only ADVP/PRT), average crossing 1/3, no crossing 2/3.
+    # Tags: 7/7 + 4/4 + 2/3 = 13 of 14 words -> 92.857.
+    result = evalb([ATTACH_GOLD, CROSS_GOLD, PRT_GOLD], [ATTACH_TEST, CROSS_TEST, PRT_TEST])
+    s = result.summary()
+    assert s.recall == pytest.approx(100 * 11 / 14)
+    assert s.precision == pytest.approx(100 * 11 / 13)
+    assert s.fmeasure == pytest.approx(100 * 22 / 27)
+    assert s.complete_match == pytest.approx(100 / 3)
+    assert s.average_crossing == pytest.approx(1 / 3)
+    assert s.no_crossing == pytest.approx(200 / 3)
+    assert s.two_or_less_crossing == pytest.approx(100.0)
+    assert s.tagging_accuracy == pytest.approx(100 * 13 / 14)
+    text = result.format()
+    for line in [
+        "Number of sentence        =      3",
+        "Bracketing Recall         =  78.57",
+        "Bracketing Precision      =  84.62",
+        "Bracketing FMeasure       =  81.48",
+        "Complete match            =  33.33",
+        "Average crossing          =   0.33",
+        "Tagging accuracy          =  92.86",
+        "-- len<=40 --",
+        # EVALB row for sentence 2: ID 2, length 4, status 0, recall = precision = 1/3.
+        "   2    4    0   33.33  33.33     1      3    3      1      4     4   100.00",
+    ]:
+        assert line in text
+
+
+def test_mismatched_list_lengths_raise():
+    with pytest.raises(ValueError, match="2 gold trees but 1 test"):
+        evalb([PRT_GOLD, PRT_GOLD], [PRT_TEST])
+
+
+def test_score_predictions_from_linearized_outputs():
+    sources = [" ".join(words(ATTACH_GOLD)), " ".join(words(PRT_GOLD))]
+    # First: the wrong attachment, well-formed.  Second: gold structure but missing ")S" at the
+    # end and one XX short, so "up" is attached to the root: test S(0,3) NP(0,1) VP(1,2),
+    # and since PRT would be empty it is removed -> matched S, NP = 2 of gold 4, test 3.
+    predictions = [linearize(ATTACH_TEST), "(S (NP XX )NP (VP XX (PRT )PRT )VP"]
+    figures = score_predictions(sources, predictions, [ATTACH_GOLD, PRT_GOLD])
+    # M = 6 + 2 = 8, G = 7 + 4 = 11, T = 6 + 3 = 9: recall 72.727, precision 88.889, F = 16/20 = 80.
+    assert figures["recall"] == pytest.approx(100 * 8 / 11)
+    assert figures["precision"] == pytest.approx(100 * 8 / 9)
+    assert figures["f1"] == pytest.approx(80.0) and figures["f1_le40"] == pytest.approx(80.0)
+    assert (figures["n"], figures["n_valid"], figures["n_repaired"]) == (2, 2, 1)

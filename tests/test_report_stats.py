@@ -1,0 +1,124 @@
+"""ablate.report.stats against scipy, sacreBLEU and hand computations."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from sacrebleu.metrics import BLEU
+from scipy import stats as sps
+
+from ablate.report import stats
+
+
+def test_mean_sd():
+    assert stats.mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0, 3)
+    m, sd, n = stats.mean_sd([4.0])
+    assert (m, n) == (4.0, 1) and math.isnan(sd)
+
+
+def test_welch_matches_scipy():
+    a, b = [25.1, 25.6, 24.9, 25.3], [25.9, 26.4, 25.7]
+    t = stats.welch(a, b)
+    ref = sps.ttest_ind(b, a, equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert t.kind == "Welch t"
+    assert t.diff == pytest.approx(np.mean(b) - np.mean(a))
+    assert t.p == pytest.approx(ref.pvalue, rel=1e-10)
+    assert (t.lo, t.hi) == (pytest.approx(ci.low, rel=1e-10), pytest.approx(ci.high, rel=1e-10))
+    assert t.df == pytest.approx(ref.df)
+
+
+def test_paired_t_matches_scipy():
+    a, b = [25.1, 25.6, 24.9], [25.4, 26.2, 25.0]
+    t = stats.paired_t(a, b)
+    ref = sps.ttest_rel(b, a)
+    ci = ref.confidence_interval(0.95)
+    assert t.p == pytest.approx(ref.pvalue, rel=1e-10) and t.df == 2
+    assert (t.lo, t.hi) == (pytest.approx(ci.low, rel=1e-10), pytest.approx(ci.high, rel=1e-10))
+    # by hand: d = [0.3, 0.6, 0.1], mean 1/3, sd 0.2517, se 0.1453, t(2, .975) = 4.3027
+    assert t.diff == pytest.approx(1 / 3)
+    assert t.hi - t.diff == pytest.approx(
+        4.302653 * math.sqrt(((0.3 - 1 / 3) ** 2 + (0.6 - 1 / 3) ** 2 + (0.1 - 1 / 3) ** 2) / 2 / 3), rel=1e-5
+    )
+    with pytest.raises(ValueError):
+        stats.paired_t([1.0], [2.0])
+
+
+def test_holm_hand_example():
+    # sorted p: 0.01 (x4 = 0.04), 0.02 (x3 = 0.06), 0.03 (x2 = 0.06), 0.04 (x1 = 0.04 -> monotone 0.06)
+    assert stats.holm([0.03, 0.01, 0.04, 0.02]) == pytest.approx([0.06, 0.04, 0.06, 0.06])
+    adj = stats.holm([0.5, None, 0.01])  # None is not a test: m = 2
+    assert adj[0] == pytest.approx(0.5) and math.isnan(adj[1]) and adj[2] == pytest.approx(0.02)
+    assert stats.holm([0.6, 0.7]) == [1.0, 1.0]
+
+
+def _random_stats(rng, n):
+    hyp = rng.integers(1, 30, n)
+    ref = np.maximum(1, hyp + rng.integers(-4, 4, n))
+    out = np.zeros((n, 10), dtype=np.int64)
+    out[:, 0], out[:, 1] = hyp, ref
+    for k in range(1, 5):
+        total = np.maximum(hyp - k + 1, 0)
+        out[:, 5 + k] = total
+        out[:, 1 + k] = rng.binomial(total, 0.5 * 0.6 ** (k - 1))
+    return out
+
+
+def test_corpus_bleu_equals_sacrebleu():
+    hyps = ["the cat sat on the mat .", "a quick brown fox", "jumps over", "hello world again and again"]
+    refs = ["the cat is on the mat .", "the quick brown fox", "jumped over it", "hello world and again"]
+    bleu = BLEU()
+    st = np.array(bleu._extract_corpus_statistics(hyps, [refs]))
+    assert stats.corpus_bleu(st.sum(0)) == pytest.approx(bleu.corpus_score(hyps, [refs]).score, abs=1e-9)
+    rng = np.random.default_rng(0)
+    for n in (1, 2, 5, 50):  # short corpora exercise smoothing, zero matches and zero n-gram totals
+        for _ in range(50):
+            s = _random_stats(rng, n).sum(0)
+            ref = BLEU.compute_bleu(
+                list(s[2:6]), list(s[6:]), int(s[0]), int(s[1]), smooth_method="exp"
+            ).score
+            assert stats.corpus_bleu(s) == pytest.approx(ref, abs=1e-9)
+
+
+def test_bootstrap_without_resampling_is_corpus_bleu_and_ppl():
+    rng = np.random.default_rng(1)
+    s = stats.Sentences(rng.random(30) * 40, rng.integers(5, 30, 30), _random_stats(rng, 30))
+    ones = np.ones((1, 30))  # every sentence once: the unresampled corpus
+    assert s.metric("bleu", ones)[0] == pytest.approx(stats.corpus_bleu(s.bleu_stats.sum(0)))
+    assert s.metric("ppl", ones)[0] == pytest.approx(math.exp(s.nll.sum() / s.tokens.sum()))
+    st = s.bleu_stats.sum(0)
+    ref = BLEU.compute_bleu(list(st[2:6]), list(st[6:]), int(st[0]), int(st[1]), smooth_method="exp").score
+    assert s.metric("bleu") == pytest.approx(ref)
+
+
+def test_hierarchical_bootstrap():
+    rng = np.random.default_rng(2)
+    n = 60
+
+    def run(q):
+        st = _random_stats(rng, n)
+        return stats.Sentences(rng.random(n) + q, np.full(n, 10), st)
+
+    base = {s: run(1.0) for s in (1, 2, 3)}
+    same = stats.hierarchical_bootstrap(base, base, "ppl", n_boot=200)
+    assert same.diff == 0 and same.lo == 0 and same.hi == 0 and same.p == 1.0  # identical runs: no difference
+    worse = {s: stats.Sentences(b.nll + 5.0, b.tokens, b.bleu_stats) for s, b in base.items()}
+    r = stats.hierarchical_bootstrap(base, worse, "ppl", n_boot=300, seed=3)
+    expect = np.mean(
+        [
+            math.exp((b.nll.sum() + 5 * n) / b.tokens.sum()) - math.exp(b.nll.sum() / b.tokens.sum())
+            for b in base.values()
+        ]
+    )
+    assert r.diff == pytest.approx(expect) and r.lo > 0 and r.p < 0.01
+    assert r.kind == "paired bootstrap over seeds x sentences"
+    one = stats.hierarchical_bootstrap({1: base[1]}, {1: worse[1]}, "bleu", n_boot=50)
+    assert one.kind == "paired bootstrap over sentences" and one.diff == 0
+    unp = stats.hierarchical_bootstrap(base, {7: worse[1], 8: worse[2]}, "ppl", n_boot=50)
+    assert unp.kind.startswith("bootstrap over seeds (unpaired)")
+    with pytest.raises(ValueError):
+        stats.hierarchical_bootstrap(
+            base, {1: stats.Sentences(np.ones(3), np.ones(3), np.ones((3, 10)))}, "ppl"
+        )

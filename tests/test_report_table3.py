@@ -1,0 +1,361 @@
+"""The Table 3 report end to end on fixed records: golden Markdown, other formats, missing-command, stale and
+corrupted records, plots, Tables 2 and 4."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from ablate.report import collect as collect_mod
+from ablate.report.__main__ import main
+from ablate.report.stats import corpus_bleu
+
+GOLDEN = Path(__file__).parent / "golden" / "table3.md"
+TODAY = "c0dec0dec0de"
+N_SENT = 40
+
+ROW_YAML = {
+    "base": "name: base\ngroup: base\n",
+    "A1": "defaults:\n  - base\n  - _self_\n\nname: A1\ngroup: A\nn_heads: 1\nd_k: 512\nd_v: 512\n",
+    "A2": "defaults:\n  - base\n  - _self_\n\nname: A2\ngroup: A\nn_heads: 4\nd_k: 128\nd_v: 128\n",
+    "B1": "defaults:\n  - base\n  - _self_\n\nname: B1\ngroup: B\nd_k: 16\n",
+    "C1": "defaults:\n  - base\n  - _self_\n\nname: C1\ngroup: C\nn_layers: 2\n",
+    "D3": "defaults:\n  - base\n  - _self_\n\nname: D3\ngroup: D\nlabel_smoothing: 0.0\n",
+    "E": "defaults:\n  - base\n  - _self_\n\nname: E\ngroup: E\npositional: learned\n",
+    "big": (
+        "defaults:\n  - base\n  - _self_\n\nname: big\ngroup: big\nd_model: 1024\nd_ff: 4096\nn_heads: 16\n"
+        "dropout: 0.3\ntrain_steps: 300000\n"
+    ),
+    "pre_ln": "defaults:\n  - base\n  - _self_\n\nname: pre_ln\ngroup: extra\nnorm: pre\n",
+}
+
+# row -> (quality shift for BLEU's n-gram match rate, NLL shift per token)
+QUALITY = {
+    "base": (0.0, 0.0),
+    "A1": (-0.06, 0.08),
+    "A2": (0.0, 0.0),
+    "B1": (-0.02, 0.03),
+    "D3": (0.05, -0.05),
+    "E": (0.0, 0.01),
+    "pre_ln": (0.01, -0.01),
+    "big": (0.08, -0.1),
+}
+BASE_MODEL = {
+    "name": "base",
+    "group": "base",
+    "n_layers": 6,
+    "d_model": 512,
+    "d_ff": 2048,
+    "n_heads": 8,
+    "d_k": 64,
+    "d_v": 64,
+    "dropout": 0.1,
+    "label_smoothing": 0.1,
+    "train_steps": 100000,
+    "positional": "sinusoidal",
+    "norm": "post",
+    "attn_dropout": 0.0,
+    "relu_dropout": 0.0,
+    "max_positions": 1024,
+}
+ROW_MODEL = {
+    "A1": {"n_heads": 1, "d_k": 512, "d_v": 512},
+    "A2": {"n_heads": 4, "d_k": 128, "d_v": 128},
+    "B1": {"d_k": 16},
+    "C1": {"n_layers": 2},
+    "D3": {"label_smoothing": 0.0},
+    "E": {"positional": "learned"},
+    "pre_ln": {"norm": "pre"},
+    "big": {"d_model": 1024, "d_ff": 4096, "n_heads": 16, "dropout": 0.3, "train_steps": 300000},
+}
+PAPER_PARAMS = {
+    "base": 63082496,
+    "A1": 63082496,
+    "A2": 63082496,
+    "B1": 55991296,
+    "C1": 33656832,
+    "D3": 63082496,
+    "E": 64131072,
+    "pre_ln": 63084544,
+    "big": 214245376,
+}
+
+
+def _sentences(row: str, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(1000 * seed + sum(map(ord, row)))
+    ref_rng = np.random.default_rng(7)  # the dev set: same references for every run
+    ref_len = ref_rng.integers(8, 30, N_SENT)
+    dq, dnll = QUALITY.get(row, (0.0, 0.0))
+    hyp_len = np.maximum(3, ref_len + rng.integers(-3, 3, N_SENT))
+    stats = np.zeros((N_SENT, 10), dtype=np.int64)
+    stats[:, 0], stats[:, 1] = hyp_len, ref_len
+    for n in range(1, 5):
+        total = np.maximum(hyp_len - n + 1, 0)
+        p = np.clip(0.62 * 0.62 ** (n - 1) + dq + rng.normal(0, 0.02), 0.01, 0.99)
+        stats[:, 5 + n] = total
+        stats[:, 1 + n] = rng.binomial(total, p)
+    tokens = ref_len + 1
+    nll = tokens * (1.6 + dnll + rng.normal(0, 0.05, N_SENT))
+    return {"nll": nll.astype(np.float64), "tokens": tokens.astype(np.int64), "bleu_stats": stats}
+
+
+def _write_run(
+    results: Path,
+    row: str,
+    seed: int,
+    status: str = "finished",
+    reason: str | None = None,
+    scale: str = "tiny",
+    code: str = TODAY,
+    model_over: dict | None = None,
+    npz: bool = True,
+    curves: bool = True,
+    task: str = "translation",
+    extra_metrics: dict | None = None,
+) -> Path:
+    model = dict(
+        BASE_MODEL,
+        name=row,
+        group={"pre_ln": "extra"}.get(row, row.rstrip("0123456789") or row),
+        **ROW_MODEL.get(row, {}),
+        **(model_over or {}),
+    )
+    scale_cfg = {
+        "tiny": {"name": "tiny", "width": 0.25, "depth": 0.5, "steps": 0.004},
+        "paper": {"name": "paper", "width": 1.0, "depth": 1.0, "steps": 1.0},
+    }[scale]
+    run_id = f"{row}-{hashlib.sha256((row + scale).encode()).hexdigest()[:12]}-s{seed}"
+    folder = results / row / run_id
+    folder.mkdir(parents=True)
+    rec = {
+        "schema_version": 1,
+        "run_id": run_id,
+        "row": row,
+        "group": model["group"],
+        "seed": seed,
+        "status": status,
+        "reason": reason,
+        "task": task,
+        "sweep": "golden",
+        "config": {
+            "model": model,
+            "scale": scale_cfg,
+            "seed": seed,
+            "data": {"name": "builtin", "src_lang": "en", "tgt_lang": "de", "vocab_size": 8000},
+            "train": {"max_tokens": 4096, "batch_tokens": 2000, "warmup_steps": 4000},
+            "decode": {"beam": 4},
+            "trainer": {"accelerator": "cpu"},
+        },
+        "model_effective": {
+            "n_layers": 3,
+            "d_model": 128,
+            "d_ff": 512,
+            "n_heads": 8,
+            "d_k": 16,
+            "d_v": 16,
+            "positional": model["positional"],
+            "norm": model["norm"],
+        },
+        "params": PAPER_PARAMS.get(row, 63082496) // 40,
+        "params_paper_scale": PAPER_PARAMS.get(row),
+        "code_hash": code,
+        "started": f"2025-01-0{seed}T10:00:00+0000",
+        "files": {"curves": "curves.jsonl", "dev_sentences": "dev_sentences.npz"},
+    }
+    if status == "finished":
+        s = _sentences(row, seed)
+        bleu = float(corpus_bleu(s["bleu_stats"].sum(0)))
+        nll, tok = float(s["nll"].sum()), int(s["tokens"].sum())
+        rec["metrics"] = {
+            "dev_ppl": math.exp(nll / tok),
+            "dev_bleu": bleu,
+            "dev_nll_sum": nll,
+            "dev_tokens": tok,
+            "train_loss": 2.0,
+            "dev_bleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+            **(extra_metrics or {}),
+        }
+        rec.update(
+            {
+                "steps": 400,
+                "target_tokens": 800000,
+                "wall_time_s": 180.0 + seed,
+                "train_time_s": 150.0,
+                "tokens_per_s": 5000.0 + 10 * seed,
+                "flops_estimate": 1.2e15,
+                "device": "cpu",
+                "finished": f"2025-01-0{seed}T11:00:00+0000",
+            }
+        )
+        if npz:
+            np.savez(folder / "dev_sentences.npz", **s)
+        if curves:
+            final = rec["metrics"]["dev_ppl"]
+            lines = [
+                {"step": st, "train_loss": 3.0 - st / 400, "dev_ppl": final * (1 + 2.0 * (400 - st) / 400)}
+                for st in (100, 200, 300, 400)
+            ]
+            (folder / "curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    elif status == "failed":
+        rec["reason"] = reason
+    (folder / "record.json").write_text(json.dumps(rec, indent=1))
+    return folder
+
+
+def make_fixture(root: Path) -> None:
+    conf = root / "conf" / "model"
+    conf.mkdir(parents=True)
+    for row, text in ROW_YAML.items():
+        (conf / f"{row}.yaml").write_text(text)
+    res = root / "results"
+    for s in (1, 2, 3):
+        _write_run(res, "base", s)
+        _write_run(res, "A1", s, model_over={"dropout": 0.2} if s == 3 else None)  # s3: config changed since
+        _write_run(res, "D3", s)
+    _write_run(res, "B1", 1)
+    _write_run(res, "B1", 2)
+    _write_run(res, "B1", 3, status="failed", reason="CUDA out of memory\nTraceback ...")
+    _write_run(res, "C1", 1, status="running")
+    _write_run(res, "A2", 4)  # seeds the base does not have: Welch
+    _write_run(res, "A2", 5)
+    _write_run(res, "E", 1, code="0ldc0de0ldc0")  # one seed, stale code
+    _write_run(res, "pre_ln", 1)
+    _write_run(res, "pre_ln", 2)
+    _write_run(res, "base", 1, scale="paper")  # another scale: excluded
+    bad = res / "A3" / "A3-000000000000-s1"
+    bad.mkdir(parents=True)
+    (bad / "record.json").write_text("{not json")
+
+
+@pytest.fixture
+def fixture_dir(tmp_path, monkeypatch):
+    make_fixture(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    return tmp_path
+
+
+ARGS = [
+    "--results",
+    "results",
+    "--conf",
+    "conf/model",
+    "--out",
+    "reports/table3.md",
+    "--quiet",
+    "--n-boot",
+    "400",
+]
+
+
+def test_golden_table3(fixture_dir):
+    assert main(["table3", *ARGS, "--plots", "reports/plots"]) == 0
+    text = (fixture_dir / "reports" / "table3.md").read_text()
+    if os.environ.get("ABLATE_REGEN_GOLDEN"):
+        GOLDEN.write_text(text)
+    assert text == GOLDEN.read_text()
+    pngs = sorted(p.name for p in (fixture_dir / "reports" / "plots").glob("*.png"))
+    assert "forest_bleu.png" in pngs and "ppl_curves_A.png" in pngs
+    for name in pngs:  # linked with paths relative to the Markdown
+        assert f"](plots/{name})" in text
+
+
+def test_corrupted_record_is_a_warning_naming_the_file(fixture_dir, capsys):
+    assert main(["table3", *ARGS, "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    assert "results/A3/A3-000000000000-s1/record.json" in err and "unreadable" in err
+
+
+def test_rows_are_never_dropped(fixture_dir):
+    main(["table3", *ARGS, "--no-plots"])
+    text = (fixture_dir / "reports" / "table3.md").read_text()
+    main_rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "seeds / status" not in ln]
+    labels = [ln.split(" | ")[0][2:] for ln in main_rows[:21]]
+    assert labels[0] == "base" and labels[19] == "big" and labels[20] == "pre_ln"
+    assert "not run" in main_rows[3] and "(A) A3" in main_rows[3]  # A3: only a corrupted record
+    assert "| running |" in main_rows[7]  # C1
+    assert "failed s3: CUDA out of memory |" in main_rows[5]  # B1
+
+
+def test_json_and_csv_and_latex(fixture_dir):
+    assert (
+        main(["table3", *ARGS[:4], "--out", "t.json", "--format", "json", "--quiet", "--n-boot", "200"]) == 0
+    )
+    d = json.loads(Path("t.json").read_text())
+    rows = {r["row"]: r for r in d["rows"]}
+    a1 = rows["A1"]["bleu"]["vs_base"]
+    assert a1["ttest"]["kind"] == "paired t" and a1["direction"] == "agree"
+    assert rows["A2"]["bleu"]["vs_base"]["ttest"]["kind"] == "Welch t"
+    assert rows["E"]["bleu"]["vs_base"]["bootstrap"]["kind"] == "paired bootstrap over sentences"
+    assert rows["D3"]["bleu"]["vs_base"]["direction"] == "opposite"
+    assert rows["E"]["stale"] == {"1": ["code 0ldc0de0ldc0 != c0dec0dec0de"]}
+    assert main(["table3", *ARGS[:4], "--out", "t.csv", "--format", "csv", "--quiet", "--n-boot", "50"]) == 0
+    assert Path("t.csv").read_text().splitlines()[0].startswith("row,N,d_model")
+    assert (
+        main(["table3", *ARGS[:4], "--out", "t.tex", "--format", "latex", "--quiet", "--n-boot", "50"]) == 0
+    )
+    assert "\\begin{tabular}" in Path("t.tex").read_text()
+
+
+def test_missing_command(fixture_dir, capsys):
+    assert main(["table3", *ARGS, "--missing-command", "--rows", "base,A1,A3,B1,C1,E"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    # Seeds seen: 1..5. Missing cells grouped by seed set; B1 s3 failed; C1 s1 running (left alone);
+    # A1 s3 (config changed) and E s1 (old code) are stale: rerun with resume=false.
+    over = "scale=tiny data.vocab_size=8000 train.batch_tokens=2000 trainer.accelerator=cpu"
+    assert out == [
+        f"python -m ablate.run -m model=base,A1 seed=4,5 {over}",
+        f"python -m ablate.run -m model=A3 seed=1,2,3,4,5 {over}",
+        f"python -m ablate.run -m model=B1 seed=3,4,5 {over}",
+        f"python -m ablate.run -m model=C1,E seed=2,3,4,5 {over}",
+        f"python -m ablate.run -m model=A1 seed=3 {over} resume=false",
+        f"python -m ablate.run -m model=E seed=1 {over} resume=false",
+    ]
+    assert main(["table3", *ARGS, "--missing-command", "--rows", "base,D3", "--seeds", "1,2,3"]) == 0
+    assert capsys.readouterr().out.startswith("# nothing to run")
+
+
+def test_tables_2_and_4(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    res = tmp_path / "results"
+    _write_run(res, "base", 1, extra_metrics={"test_bleu": 26.1, "test_bleu_tok": 26.9})
+    _write_run(res, "base", 2, extra_metrics={"test_bleu": 26.5, "test_bleu_tok": 27.1})
+    _write_run(res, "parse4", 1, task="parsing", extra_metrics={"f1": 90.0})
+    assert main(["table2", "--results", "results", "--out", "t2.md", "--quiet"]) == 0
+    t2 = Path("t2.md").read_text()
+    assert "| ours: base | 26.30 ± 0.28 |  | 27.00 ± 0.14 | 1.2e15 | 27.3 | -1.00 |" in t2
+    assert "| Transformer (big) | 28.4 | 41.8 |" in t2
+    assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
+    t4 = Path("t4.md").read_text()
+    assert "| ours: parse4 | WSJ only discriminative (data=builtin) | 90.00 | 91.3 | -1.30 |" in t4
+    assert "| Dyer et al. (2016) [8] | generative | 93.3 |" in t4
+
+
+def test_wandb_source_reads_offline_run_files(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    folder = _write_run(tmp_path / "wandb", "base", 1)
+    files = tmp_path / "wandb" / "offline-run-20250101_000000-abc" / "files"
+    files.parent.mkdir(parents=True)
+    folder.rename(files)
+    assert (
+        main(["table3", "--source", "wandb", "--out", "w.md", "--no-plots", "--quiet", "--n-boot", "20"]) == 0
+    )
+    assert "1 run(s) read from `wandb`" in Path("w.md").read_text()
+
+
+@pytest.mark.slow
+def test_wandb_logging_offline(fixture_dir, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setenv("WANDB_DIR", str(fixture_dir))
+    assert main(["table3", *ARGS, "--plots", "reports/plots", "--wandb", "--wandb-group", "golden"]) == 0
+    assert list((fixture_dir / "wandb").glob("offline-run-*"))

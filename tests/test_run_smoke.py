@@ -1,0 +1,83 @@
+"""`python -m ablate.run` end to end with the tiny preset: the record's contents, and a second call skips."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ablate.config import ModelConfig, RunConfig, ScaleConfig, effective_model
+from ablate.model import Transformer, count_parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(tmp_path, *overrides):
+    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate.run",
+        "scale=tiny",
+        "logger=none",
+        f"results_dir={tmp_path}/results",
+        f"data.cache_dir={tmp_path}/cache",
+        *overrides,
+    ]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_smoke_run_writes_a_complete_record(tmp_path):
+    p = run(tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    records = list((tmp_path / "results").rglob("record.json"))
+    assert len(records) == 1
+    rec = json.loads(records[0].read_text())
+    assert rec["status"] == "finished" and rec["row"] == "base" and rec["seed"] == 1
+    assert rec["run_id"].startswith("base-") and records[0].parent.name == rec["run_id"]
+    # tiny preset: 100000 * 0.0002 = 20 steps
+    assert rec["steps"] == 20
+    m = rec["metrics"]
+    assert math.isclose(m["dev_ppl"], math.exp(m["dev_nll_sum"] / m["dev_tokens"]), rel_tol=1e-9)
+    assert "tok:13a" in m["dev_bleu_signature"] and 0.0 <= m["dev_bleu"] <= 100.0
+    # Parameters: the effective model (d_model 512/16 = 32, N = 1) with the vocabulary the data gave.
+    cfg = RunConfig(model=ModelConfig(), scale=ScaleConfig("tiny", 0.0625, 0.1667, 0.0002))
+    vocab = rec["model_effective"]["vocab_size"]
+    with torch.device("meta"):
+        assert rec["params"] == count_parameters(Transformer(effective_model(cfg, vocab)))
+    assert rec["model_effective"]["d_model"] == 32 and rec["model_effective"]["n_layers"] == 1
+    assert rec["params_paper_scale"] == 63_082_496
+    assert rec["config"]["model"]["name"] == "base" and rec["config"]["decode"]["beam"] == 2
+    assert rec["tokens_per_s"] > 0 and rec["wall_time_s"] > 0 and rec["versions"]["torch"]
+    # Per-sentence statistics behind the report's bootstrap.
+    d = rec["data"]["splits"]["dev"]["pairs"]
+    z = np.load(records[0].parent / "dev_sentences.npz")
+    assert z["nll"].shape == (d,) and z["bleu_stats"].shape == (d, 10)
+    assert math.isclose(z["nll"].sum(), m["dev_nll_sum"], rel_tol=1e-6)
+    assert int(z["tokens"].sum()) == m["dev_tokens"]
+    hyps = (records[0].parent / "dev.hyp.txt").read_text().split("\n")
+    assert len(hyps) == d + 1
+    assert "dev BLEU" in p.stdout and rec["run_id"] in p.stdout
+    # Same command again: the finished run is found and skipped.
+    p2 = run(tmp_path)
+    assert p2.returncode == 0 and "already finished" in p2.stdout
+
+
+def test_config_help_and_cfg_job():
+    p = subprocess.run(
+        [sys.executable, "-m", "ablate.run", "--cfg", "job", "model=A1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert p.returncode == 0, p.stderr
+    assert "n_heads: 1" in p.stdout and "d_k: 512" in p.stdout and "d_ff: 2048" in p.stdout
+    h = subprocess.run(
+        [sys.executable, "-m", "ablate.run", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert h.returncode == 0 and "model: " in h.stdout and "A1" in h.stdout
