@@ -20,12 +20,25 @@ def _has_wandb_key() -> bool:
         return False
 
 
-def _reachable(host: str, timeout: float) -> bool:
+def _reachable(host: str, port: int, timeout: float) -> bool:
+    """A TCP connect to host:port, bounded in time; name resolution runs in a thread because
+    getaddrinfo itself has no timeout and can block for tens of seconds without a network."""
+    import concurrent.futures as cf
+
+    def connect() -> bool:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+
+    pool = cf.ThreadPoolExecutor(max_workers=1)
     try:
-        with socket.create_connection((host, 443), timeout=timeout):
-            return True
-    except OSError:
+        return pool.submit(connect).result(timeout=timeout)
+    except cf.TimeoutError:
         return False
+    finally:
+        pool.shutdown(wait=False)
 
 
 def wandb_mode(cfg: LoggerConfig) -> tuple[str, str]:
@@ -38,9 +51,12 @@ def wandb_mode(cfg: LoggerConfig) -> tuple[str, str]:
         return env, f"WANDB_MODE={env}"
     if not _has_wandb_key():
         return "offline", "no W&B credentials (WANDB_API_KEY or ~/.netrc)"
-    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].split("/")[0]
-    if not _reachable(host, cfg.probe_timeout_s):
-        return "offline", f"{host} not reachable within {cfg.probe_timeout_s:g}s"
+    url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
+    netloc = url.split("://")[-1].split("/")[0]
+    host, _, port = netloc.partition(":")
+    port = int(port) if port else (80 if url.startswith("http://") else 443)
+    if not _reachable(host, port, cfg.probe_timeout_s):
+        return "offline", f"{netloc} not reachable within {cfg.probe_timeout_s:g}s"
     return "online", "credentials and network found"
 
 
@@ -76,10 +92,17 @@ def make_logger(
     )
 
 
-def finish(logger) -> None:
-    """One W&B run per job: close it so the next job of a sweep starts its own."""
+def finish(logger, files: list[Path] = ()) -> None:
+    """One W&B run per job: close it so the next job of a sweep starts its own. `files` (the result record,
+    curves, per-sentence statistics) are copied into the run's files so that the report can rebuild the
+    table from W&B alone, online or from an offline folder."""
     if logger and logger.__class__.__name__ == "WandbLogger":
+        import shutil
+
         import wandb
 
         if wandb.run is not None:
+            for f in files:
+                if Path(f).is_file():
+                    shutil.copy(f, Path(wandb.run.dir) / Path(f).name)
             wandb.finish()

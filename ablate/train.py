@@ -238,8 +238,8 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
         if "train/loss" in m:
             record["metrics"]["train_loss"] = float(m["train/loss"])
         results.atomic_write_json(rec_path, record)
-        _log_final(logger, record, final)
-    tracking.finish(logger)
+        _log_final(logger, record, final, dm.sources_text("dev"), module.references)
+    tracking.finish(logger, [rec_path, out / "curves.jsonl", out / "dev_sentences.npz"])
     return record
 
 
@@ -306,7 +306,7 @@ def _write_outputs(out: Path, final: dict) -> None:
     os.replace(tmp, out / "dev_sentences.npz")
 
 
-def _log_final(logger, record: dict, final: dict) -> None:
+def _log_final(logger, record: dict, final: dict, sources: list[str], refs: list[str]) -> None:
     if not logger:
         return
     try:
@@ -319,7 +319,8 @@ def _log_final(logger, record: dict, final: dict) -> None:
         )
         if hasattr(logger, "log_text") and final.get("hyps"):
             n = min(record["config"]["logger"]["samples"], len(final["hyps"]))
-            logger.log_text(key="dev_samples", columns=["hypothesis"], data=[[h] for h in final["hyps"][:n]])
+            rows = [[sources[i], refs[i], final["hyps"][i]] for i in range(n)]
+            logger.log_text(key="dev_samples", columns=["source", "reference", "hypothesis"], data=rows)
     except Exception as e:  # logging must never lose a finished run
         print(f"[ablate] logging the final metrics failed: {_one_line(e)}")
 

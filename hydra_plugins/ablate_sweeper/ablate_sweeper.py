@@ -11,10 +11,17 @@ paper rows in the paper's order, then a user's rows by name. Values keep the ord
 runs once. glob(), range() and interval() values are left to Hydra. Everything else (max_batch_size,
 hydra.sweeper.params, the cartesian product over other keys) is BasicSweeper's.
 
-This module is imported by Hydra's plugin scan on every start: keep it free of torch and of `ablate`.
+`-m model=B` (one group, no comma) is not a sweep to Hydra, which composes the sweep's own config with it
+before any sweeper runs; so a config source (`ablaterows://`, added after the app's conf/ by a search path
+plugin, listing nothing) answers `model/<group>` for each group that is not a row with a stand-in whose
+`name` fails to resolve: a single run `model=B` without -m stops with "model=B is a group ..." instead.
+
+This module is imported by Hydra's plugin scan on every start: keep it free of torch and of `ablate`, and
+without `from __future__ import annotations` (the scan executes it before it is in sys.modules, and
+@dataclass then fails on string annotations, which would stop every run).
 """
 
-
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,18 +29,41 @@ from pathlib import Path
 from typing import Any
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
 from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import ConfigCompositionException
+from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 MODEL_GROUP = "model"
 
 # Table 3 top to bottom; a user's rows come after these.
-PAPER_ROWS = ("base", "A1", "A2", "A3", "A4", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
-              "D1", "D2", "D3", "D4", "E", "big")
+PAPER_ROWS = (
+    "base",
+    "A1",
+    "A2",
+    "A3",
+    "A4",
+    "B1",
+    "B2",
+    "C1",
+    "C2",
+    "C3",
+    "C4",
+    "C5",
+    "C6",
+    "C7",
+    "D1",
+    "D2",
+    "D3",
+    "D4",
+    "E",
+    "big",
+)
 PAPER_GROUPS = ("base", "A", "B", "C", "D", "E", "big")
 
 
@@ -137,8 +167,9 @@ def expand_models(values: Sequence[str], rows: Mapping[str, str]) -> list[str]:
     return out
 
 
-def expand_override_lines(lines: Sequence[str], parser: OverridesParser,
-                          rows: Callable[[], Mapping[str, str]]) -> list[str]:
+def expand_override_lines(
+    lines: Sequence[str], parser: OverridesParser, rows: Callable[[], Mapping[str, str]]
+) -> list[str]:
     """Rewrite each `model=...` line (a value or a comma/choice() sweep) into explicit rows; other lines,
     glob()/range() sweeps and `~model` are returned as given. `rows()` is called only when needed."""
     out: list[str] = []
@@ -201,3 +232,82 @@ class AblateSweeper(BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         return super().sweep(self._expand(arguments))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# `model=<group>` in the sweep's own (primary) config: see the module docstring.
+
+GROUP_SCHEME = "ablaterows"
+
+
+def _group_is_not_a_row(group: str, rows: str) -> str:
+    raise ValueError(
+        f"{MODEL_GROUP}={group} is a Table 3 group ({rows}), not a row: run its rows with "
+        f"`-m {MODEL_GROUP}={group}`, or name one row"
+    )
+
+
+OmegaConf.register_new_resolver("ablate_group", _group_is_not_a_row, replace=True)
+
+
+class RowGroupSource(ConfigSource):
+    """`<scheme>://<conf dir>`: model/<group> for every group of <conf dir>/model/*.yaml that is not itself a
+    row. Lists nothing, so glob(), --help and the sweeper's row list see only the row files."""
+
+    def __init__(self, provider: str, path: str) -> None:
+        super().__init__(provider=provider, path=path)
+        self._groups: dict[str, list[str]] | None = None
+
+    @staticmethod
+    def scheme() -> str:
+        return GROUP_SCHEME
+
+    def groups(self) -> dict[str, list[str]]:
+        if self._groups is None:
+            try:
+                rows = rows_in_dir(self.path)
+            except Exception:  # noqa: BLE001 - a broken row file is reported when it is composed
+                rows = {}
+            self._groups = {g: r for g, r in groups_of(rows).items() if g not in rows}
+        return self._groups
+
+    def _group_name(self, config_path: str) -> str | None:
+        group, _, name = config_path.removesuffix(".yaml").rpartition("/")
+        return name if group == MODEL_GROUP and name in self.groups() else None
+
+    def available(self) -> bool:
+        return os.path.isdir(os.path.join(self.path, MODEL_GROUP))
+
+    def is_group(self, config_path: str) -> bool:
+        return False
+
+    def is_config(self, config_path: str) -> bool:
+        return self._group_name(config_path) is not None
+
+    def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
+        return []
+
+    def load_config(self, config_path: str) -> ConfigResult:
+        name = self._group_name(config_path)
+        if name is None:
+            raise ConfigLoadError(f"{GROUP_SCHEME}: no group {config_path}")
+        rows = " ".join(self.groups()[name])
+        cfg = OmegaConf.create({"name": f"${{ablate_group:'{name}','{rows}'}}", "group": name})
+        return ConfigResult(
+            config=cfg,
+            path=self.full_path(),
+            provider=self.provider,
+            header=ConfigSource._get_header_dict(""),
+        )
+
+
+class RowGroupSearchPath(SearchPathPlugin):
+    """Adds `ablaterows://<dir>` after the app's own config dir (a file path with a model/ folder)."""
+
+    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
+        for el in list(search_path.get_path()):
+            if el.provider != "main" or not el.path:
+                continue
+            path = el.path.removeprefix("file://")
+            if "://" not in path and os.path.isdir(os.path.join(path, MODEL_GROUP)):
+                search_path.append("ablate-groups", f"{GROUP_SCHEME}://{path}")

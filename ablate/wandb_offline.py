@@ -1,0 +1,70 @@
+"""Read an offline W&B run file (`offline-run-*/run-<id>.wandb`) without network.
+
+wandb 0.31 ships no reader for these files. The format is a LevelDB-style log: a 7-byte file header
+(":W&B", magic 0xBEE1, version 0), then 32 KiB blocks of chunks, each chunk a 7-byte header (CRC-32,
+length, type: full / first / middle / last) and its bytes; a record is one full chunk or first..last.
+Each record is a `wandb.proto.wandb_internal_pb2.Record`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import zlib
+from pathlib import Path
+
+BLOCK = 32768
+HEADER = struct.Struct("<4sHB")
+CHUNK = struct.Struct("<IHB")
+FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+
+
+def records(path: str | Path):
+    """Yield the serialized protobuf records of a .wandb file, checking every chunk's CRC."""
+    data = Path(path).read_bytes()
+    ident, magic, _version = HEADER.unpack_from(data, 0)
+    if ident != b":W&B" or magic != 0xBEE1:
+        raise ValueError(f"{path}: not a W&B run file")
+    pos, pending = HEADER.size, b""
+    while pos + CHUNK.size <= len(data):
+        left = BLOCK - pos % BLOCK
+        if left < CHUNK.size:  # the rest of a block too small for a header is padding
+            pos += left
+            continue
+        crc, length, kind = CHUNK.unpack_from(data, pos)
+        body = data[pos + CHUNK.size : pos + CHUNK.size + length]
+        if length == 0 and kind == 0:
+            break
+        if zlib.crc32(bytes([kind]) + body) & 0xFFFFFFFF != crc:
+            raise ValueError(f"{path}: bad checksum at byte {pos}")
+        pos += CHUNK.size + length
+        if kind == FULL:
+            yield body
+        elif kind == FIRST:
+            pending = body
+        elif kind == MIDDLE:
+            pending += body
+        elif kind == LAST:
+            yield pending + body
+            pending = b""
+
+
+def summary(path: str | Path) -> dict:
+    """{'config': {...}, 'history': [{key: value}, ...], 'summary': {...}} of an offline run."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    out: dict = {"config": {}, "history": [], "summary": {}}
+    for raw in records(path):
+        rec = pb.Record()
+        rec.ParseFromString(raw)
+        kind = rec.WhichOneof("record_type")
+        if kind in ("config", "run"):  # wandb.init(config=...) arrives inside the run record
+            for item in (rec.config if kind == "config" else rec.run.config).update:
+                out["config"][item.key] = json.loads(item.value_json)
+        elif kind == "history":
+            out["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                                   for i in rec.history.item})
+        elif kind == "summary":
+            for item in rec.summary.update:
+                out["summary"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return out

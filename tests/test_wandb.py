@@ -1,0 +1,69 @@
+"""W&B without credentials or network: offline within seconds, no prompt, and the offline run holds the
+config, the metric curves and the final figures (read back from the .wandb file itself)."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ablate.config import LoggerConfig
+from ablate.tracking import wandb_mode
+from ablate.wandb_offline import summary
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_mode_decision_without_credentials(monkeypatch, tmp_path):
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc
+    t = time.perf_counter()
+    mode, why = wandb_mode(LoggerConfig())
+    assert mode == "offline" and "credentials" in why
+    assert time.perf_counter() - t < 1.0
+
+
+def test_dummy_key_without_network_goes_offline_in_seconds(monkeypatch):
+    monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    import socket
+
+    with socket.socket() as sock:  # a loopback port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{port}")
+    t = time.perf_counter()
+    mode, why = wandb_mode(LoggerConfig(probe_timeout_s=1.0))
+    assert mode == "offline" and "not reachable" in why
+    assert time.perf_counter() - t < 3.0
+
+
+def test_explicit_modes_win(monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "disabled")
+    assert wandb_mode(LoggerConfig())[0] == "disabled"
+    assert wandb_mode(LoggerConfig(mode="offline"))[0] == "offline"
+
+
+@pytest.mark.slow
+def test_offline_run_holds_config_and_metrics(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path)  # no credentials anywhere
+    cmd = [sys.executable, "-m", "ablate.run", "scale=tiny", "logger=wandb", f"results_dir={tmp_path}/r",
+           f"data.cache_dir={tmp_path}/cache"]
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "W&B offline" in p.stdout and "wandb sync" in p.stdout
+    rec_path = next((tmp_path / "r").rglob("record.json"))
+    rec = json.loads(rec_path.read_text())
+    runs = list(rec_path.parent.glob("wandb/offline-run-*"))
+    assert len(runs) == 1 and runs[0].name.endswith(rec["run_id"])  # one W&B run, named by the identity
+    s = summary(next(runs[0].glob("*.wandb")))
+    assert s["config"]["model"]["name"] == "base" and s["config"]["seed"] == 1
+    assert s["summary"]["final/dev_ppl"] == pytest.approx(rec["metrics"]["dev_ppl"], rel=1e-6)
+    assert s["summary"]["final/dev_bleu"] == pytest.approx(rec["metrics"]["dev_bleu"], abs=1e-9)
+    assert any("dev/ppl" in h for h in s["history"]) and any("train/loss" in h for h in s["history"])
+    assert json.loads((runs[0] / "files" / "record.json").read_text())["run_id"] == rec["run_id"]
