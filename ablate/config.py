@@ -40,6 +40,7 @@ class ModelConfig:
     attn_dropout: float = 0.0
     relu_dropout: float = 0.0
     max_positions: int = 1024  # learned positions only
+    strict_heads: bool = True  # require h * d_v = d_model, as every row of Table 3 has it
 
 
 @dataclass
@@ -54,7 +55,7 @@ class ScaleConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "builtin"  # builtin | files | multi30k | wmt14_en_de | wsj
+    name: str = "builtin"  # builtin | files | multi30k | wmt14_en_de | wsj | wsj_semi
     src_lang: str = "en"
     tgt_lang: str = "de"
     train_src: str | None = None  # data=files: line-aligned text, .gz allowed
@@ -75,6 +76,10 @@ class DataConfig:
     max_len_ratio: float = 9.0  # and pairs whose length ratio exceeds this
     cache_dir: str = "${oc.env:ABLATE_CACHE,${oc.env:HOME}/.cache/ablate}"
     num_workers: int = 0
+    # data=wsj (parsing, 6.3): PTB WSJ trees <treebank_dir>/<section>/*.mrg (train 02-21, dev 22, test 23)
+    treebank_dir: str | None = None
+    treebank_builtin: bool = False  # instead: write the built-in treebank (builtin_* sizes) into cache_dir
+    silver_trees: str | None = None  # data.name=wsj_semi: extra training trees, one bracketed tree a line
 
 
 @dataclass
@@ -254,6 +259,12 @@ def validate(cfg: RunConfig) -> None:
         raise ConfigError(f"model.label_smoothing={m.label_smoothing} must be in [0, 1)")
     if m.positional == "sinusoidal" and m.d_model % 2:
         raise ConfigError(f"model.d_model={m.d_model} must be even for sinusoidal positions (3.5)")
+    if m.strict_heads and m.n_heads * m.d_v != m.d_model:
+        raise ConfigError(
+            f"model.n_heads * model.d_v = {m.n_heads} * {m.d_v} = {m.n_heads * m.d_v} does not fit "
+            f"model.d_model={m.d_model}: every Table 3 row keeps h * d_v = d_model (set model.d_k and "
+            "model.d_v with it, or model.strict_heads=false)"
+        )
     for key in ("width", "depth", "steps"):
         if getattr(cfg.scale, key) <= 0:
             raise ConfigError(f"scale.{key}={getattr(cfg.scale, key)} must be positive")

@@ -13,7 +13,6 @@ import os
 import subprocess
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -42,14 +41,24 @@ class RecordError(ValueError):
 
 
 def identity_dict(cfg) -> dict[str, Any]:
-    d = asdict(cfg)
-    for key in _NOT_IDENTITY:
-        node, *rest = key.split(".")
-        if rest:
-            d.get(node, {}).pop(rest[0], None)
-        else:
-            d.pop(node, None)
-    return d
+    """The values that name a run: every config value that differs from the dataclass default, less the
+    keys that do not change what a run computes. Only non-defaults count, so that adding a new option (with
+    a default) to the config does not rename every existing run."""
+    from ablate.config import RunConfig, flat_fields
+
+    defaults = flat_fields(RunConfig())
+    out = {}
+    for key, value in flat_fields(cfg).items():
+        if key in _NOT_IDENTITY or key.split(".")[0] in _NOT_IDENTITY:
+            continue
+        if isinstance(value, tuple):
+            value = list(value)
+        default = defaults.get(key)
+        if isinstance(default, tuple):
+            default = list(default)
+        if value != default:
+            out[key] = value
+    return out
 
 
 def run_id(cfg) -> str:
@@ -109,6 +118,8 @@ def find_records(results_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], 
     """Every record under results_dir; corrupted ones are reported, not fatal."""
     records, errors = [], []
     for p in sorted(Path(results_dir).rglob(RECORD_NAME)):
+        if ".old-" in p.parent.name:  # a folder set aside by resume=false
+            continue
         try:
             rec = read_record(p)
             rec["_path"] = str(p)
@@ -132,13 +143,19 @@ def git_revision(cwd: str | os.PathLike | None = None) -> str | None:
         return None
 
 
+# The files whose content decides what a run computes (numerics and data); orchestration, logging and
+# the report are left out so that editing them does not mark every finished run stale.
+CODE_FILES = ("model.py", "decode.py", "loss.py", "optim.py", "lit.py", "data/batching.py",
+              "data/dataset.py", "data/builtin.py", "data/tokenizer.py")
+
+
 def code_hash() -> str:
-    """Hash of the package's source: a record whose code_hash differs from today's is stale."""
+    """Hash of the result-deciding source files: a record whose code_hash differs from today's is stale."""
     h = hashlib.sha256()
     root = Path(__file__).parent
-    for p in sorted(root.rglob("*.py")):
-        h.update(str(p.relative_to(root)).encode())
-        h.update(p.read_bytes())
+    for name in CODE_FILES:
+        h.update(name.encode())
+        h.update((root / name).read_bytes())
     return h.hexdigest()[:12]
 
 

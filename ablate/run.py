@@ -5,6 +5,7 @@ train(cfg) -> result record."""
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
 import hydra
 from omegaconf import DictConfig
@@ -28,6 +29,30 @@ def summary(rec: dict) -> str:
     return "\n".join(lines)
 
 
+def _record_rejection(dcfg: DictConfig, e: BaseException) -> None:
+    """A sweep member rejected before training (bad config or data) still gets a failed record, so the
+    report shows it and a re-run of the sweep retries it."""
+    from ablate import results
+
+    try:
+        cfg = to_dataclass(dcfg)
+        path = results.run_dir(cfg) / results.RECORD_NAME
+        if path.is_file():
+            return  # training wrote its own record
+        results.atomic_write_json(path, {
+            "schema_version": results.SCHEMA_VERSION, "run_id": results.run_id(cfg), "row": cfg.model.name,
+            "group": cfg.model.group, "seed": cfg.seed, "status": "failed", "reason": _first_line(e),
+            "task": cfg.task, "sweep": cfg.sweep_name, "config": asdict(cfg), "metrics": {},
+            "started": results.now(), "finished": results.now()})
+    except Exception:  # noqa: BLE001 - the error itself has been printed; recording it is best effort
+        pass
+
+
+def _first_line(e: BaseException) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
@@ -43,12 +68,13 @@ def main(dcfg: DictConfig) -> float | None:
             cfg.sweep_name = hc.sweep.dir.rstrip("/").split("/")[-1]
         rec = train(cfg)
     except (ConfigError, ValueError, OSError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {_first_line(e)}", file=sys.stderr)
         if multirun:
+            _record_rejection(dcfg, e)
             return None  # the record says why; the other jobs of the sweep go on
         sys.exit(2)
     except Exception as e:  # noqa: BLE001 - one failing sweep member must not stop the others
-        print(f"error: run failed: {type(e).__name__}: {e}", file=sys.stderr)
+        print(f"error: run failed: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
         if multirun:
             return None
         sys.exit(1)

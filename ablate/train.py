@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import signal
+import threading
 import time
 import traceback
 from dataclasses import asdict
@@ -13,6 +17,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint, TQDMProgressBar
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from ablate import results, tracking
 from ablate.config import RunConfig, accumulation, effective_model, paper_model, total_steps, validate
@@ -75,6 +80,74 @@ class BleuSchedule(Callback):
             module.eval_bleu = self.every > 0 and (module.n_evals + 1) % self.every == 0
 
 
+class Preempted(SystemExit):
+    """SIGTERM / SIGUSR1 (SLURM preemption, submitit timeouts): checkpoint written, exit code 143."""
+
+    def __init__(self, message: str):
+        print(f"[ablate] {message}")
+        super().__init__(143)
+
+
+class Preemption(Callback):
+    """On SIGTERM or SIGUSR1, finish the optimizer step in progress, write last.ckpt, then stop.
+
+    Lightning notices SIGTERM itself but stops after the current micro-batch, which may sit in the middle
+    of a gradient-accumulation step; here the stop waits for the step boundary so that the checkpoint is a
+    consistent state and the resumed run repeats nothing."""
+
+    def __init__(self, last: Path):
+        self.last, self.requested = last, False
+
+    def setup(self, trainer, module, stage):
+        if stage == "fit" and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGUSR1, self._request)  # SIGTERM: Lightning's own handler sets the flag
+
+    def _request(self, signum, frame):
+        self.requested = True
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.received_sigterm:
+            self.requested = True  # hold Lightning's stop until the step boundary
+            trainer._signal_connector.received_sigterm = False
+        mb, _ = batch
+        if self.requested and mb.micro == module.accumulate - 1:
+            trainer.save_checkpoint(self.last)
+            trainer._signal_connector.received_sigterm = True  # Lightning raises SIGTERMException next
+
+
+class RestoreRNG(Callback):
+    """Put back the random state saved with the checkpoint, so that dropout masks after a resume are the ones
+    an uninterrupted run draws (with the data position and optimizer state, this makes resumption exact)."""
+
+    def on_train_start(self, trainer, module):
+        state = getattr(module, "_restored_rng", None) or {}
+        if state.get("rng_cpu") is not None:
+            torch.set_rng_state(state["rng_cpu"])
+        if state.get("rng_cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
+
+
+class FaultInjection(Callback):
+    """For tests of the failure paths: ABLATE_FAULT_NAN_AT_STEP=k makes the weights NaN for the batches of
+    optimizer step k (restored afterwards), as a diverging run would."""
+
+    def __init__(self):
+        self.step = int(os.environ.get("ABLATE_FAULT_NAN_AT_STEP", "0"))
+        self.saved = None
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if self.step and trainer.global_step + 1 == self.step and self.saved is None:
+            self.saved = module.model.embedding.weight.detach().clone()
+            with torch.no_grad():
+                module.model.embedding.weight.fill_(float("nan"))
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if self.saved is not None:
+            with torch.no_grad():
+                module.model.embedding.weight.copy_(self.saved)
+            self.saved, self.step = None, 0
+
+
 class TimeLimit(Callback):
     def __init__(self, minutes: float | None):
         self.seconds = None if minutes is None else minutes * 60
@@ -95,15 +168,45 @@ def train(cfg: RunConfig) -> dict:
     """Run (or skip, or resume) the run this config names; return its result record."""
     validate(cfg)
     out = results.run_dir(cfg)
+    if _inside_managed_process():  # a worker of a job whose launcher already holds the run
+        return run_worker(cfg, prepare_corpus(cfg.data))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _run_lock(out) as held:
+        if not held:  # another process (a second sweep, a second joblib worker) is running this identity
+            print(f"[ablate] {results.run_id(cfg)} is being run by another process; skipped")
+            rec_path = out / results.RECORD_NAME
+            return results.read_record(rec_path) if rec_path.is_file() else {"status": "running"}
+        return _train_locked(cfg, out)
+
+
+@contextlib.contextmanager
+def _run_lock(out: Path):
+    """A non-blocking exclusive lock beside the run folder, released when the process ends (even by kill)."""
+    f = open(out.parent / f".{out.name}.lock", "w")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        f.close()
+
+
+def _train_locked(cfg: RunConfig, out: Path) -> dict:
     rec_path = out / results.RECORD_NAME
     if cfg.resume and rec_path.is_file():
         rec = results.read_record(rec_path)
         if rec["status"] == "finished":
             print(f"[ablate] {rec['run_id']} already finished: {rec_path} (skipped)")
             return rec
-    world = cfg.trainer.devices * cfg.trainer.num_nodes
+    if not cfg.resume and out.exists():  # start afresh, but keep what was there
+        kept = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
+        os.replace(out, kept)
+        print(f"[ablate] resume=false: previous run folder kept as {kept}")
     prepared = prepare_corpus(cfg.data)  # once, before any worker starts
-    if world > 1 and not _inside_managed_process():
+    if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
         from ablate.launch import spawn_job
 
         return spawn_job(cfg, out)
@@ -190,13 +293,17 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
     trainer = _trainer(cfg, steps, accumulate, ckpt_dir, logger, out)
     try:
         if last.is_file():
-            state = torch.load(last, map_location="cpu", weights_only=True)
-            pos = state.get("ablate", {}).get("position")
-            dm.resume_position = tuple(pos) if pos else None
-            print(f"[ablate] resuming {rid} from step {state.get('global_step')}")
+            dm.resume_position = _resume_point(last, module, out / "curves.jsonl", rid)
         trainer.fit(module, datamodule=dm, ckpt_path=str(last) if last.is_file() else None)
         train_time = time.perf_counter() - t_start
         final = _final_eval(cfg, trainer, module, dm)
+    except SIGTERMException:  # preempted: the checkpoint is written; the same command continues the run
+        if rank0:
+            record.update(preempted=results.now(), reason=f"preempted at step {trainer.global_step}; "
+                          "run the same command again to continue")
+            results.atomic_write_json(rec_path, record)
+        tracking.finish(logger)
+        raise Preempted(f"preempted at step {trainer.global_step}: checkpoint {last}") from None
     except BaseException as e:  # record the failure, then let the caller decide
         if rank0:
             record.update(
@@ -243,6 +350,32 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
     return record
 
 
+def _resume_point(last: Path, module, curves: Path, rid: str) -> tuple[int, int] | None:
+    """Check the checkpoint before Lightning loads it: readable, and of this architecture; drop curve rows
+    the interrupted run wrote after it; return the data position to continue from."""
+    try:
+        state = torch.load(last, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
+        raise CheckpointError(f"{last}: corrupted or unreadable checkpoint ({type(e).__name__}); "
+                              "delete it to restart the run, or resume=false") from None
+    ours = {k: v.shape for k, v in module.state_dict().items()}
+    theirs = {k: v.shape for k, v in state.get("state_dict", {}).items()}
+    if ours != theirs:
+        bad = sorted(set(ours) ^ set(theirs)) or [k for k in ours if ours[k] != theirs[k]]
+        raise CheckpointError(f"{last}: checkpoint of a different architecture (first difference: {bad[0]})")
+    step = int(state.get("global_step", 0))
+    if curves.is_file():
+        rows = [r for r in curves.read_text().splitlines() if r and json.loads(r)["step"] <= step]
+        results.atomic_write_text(curves, "".join(r + "\n" for r in rows))
+    print(f"[ablate] resuming {rid} from step {step}")
+    pos = state.get("ablate", {}).get("position")
+    return tuple(pos) if pos else None
+
+
+class CheckpointError(ValueError):
+    pass
+
+
 def _trainer(cfg: RunConfig, steps: int, accumulate: int, ckpt_dir: Path, logger, out: Path) -> pl.Trainer:
     t = cfg.trainer
     ckpt = ModelCheckpoint(
@@ -257,10 +390,14 @@ def _trainer(cfg: RunConfig, steps: int, accumulate: int, ckpt_dir: Path, logger
     )
     callbacks = [
         ckpt,
+        Preemption(ckpt_dir / "last.ckpt"),
+        RestoreRNG(),
         Curves(out / "curves.jsonl"),
         BleuSchedule(cfg.train.bleu_every),
         TimeLimit(cfg.train.max_minutes),
     ]
+    if os.environ.get("ABLATE_FAULT_NAN_AT_STEP"):
+        callbacks.append(FaultInjection())
     if t.progress_bar:
         callbacks.append(StepProgress(steps * accumulate))
     strategy = t.strategy

@@ -52,9 +52,18 @@ def test_explicit_modes_win(monkeypatch):
 def test_offline_run_holds_config_and_metrics(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)  # no credentials anywhere
-    cmd = [sys.executable, "-m", "ablate.run", "scale=tiny", "logger=wandb", f"results_dir={tmp_path}/r",
-           f"data.cache_dir={tmp_path}/cache"]
-    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    cmd = [
+        sys.executable,
+        "-m",
+        "ablate.run",
+        "scale=tiny",
+        "logger=wandb",
+        f"results_dir={tmp_path}/r",
+        f"data.cache_dir={tmp_path}/cache",
+    ]
+    p = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert "W&B offline" in p.stdout and "wandb sync" in p.stdout
     rec_path = next((tmp_path / "r").rglob("record.json"))

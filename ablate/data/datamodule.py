@@ -67,8 +67,30 @@ def load_corpus(cfg: DataConfig) -> sources.Corpus:
             s, t = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
             if s and t:
                 paths[split] = (s, t)
+        for split in ("dev", "test"):
+            if split in paths:
+                check_heldout_files(*paths[split])
         return sources.files_corpus(paths, cfg.src_lang, cfg.tgt_lang, cfg.max_len_ratio)
     raise ConfigError(f"data.name={cfg.name!r} is not one of builtin, files, multi30k, wmt14_en_de, wsj")
+
+
+MAX_HELDOUT_CHARS = 2000
+
+
+def check_heldout_files(src: str, tgt: str) -> None:
+    """Dev and test sets are scored whole, so a line that training would drop is an error there: an empty
+    line or one over MAX_HELDOUT_CHARS characters is reported with its file and line number."""
+    for path in (src, tgt):
+        for lineno, line in enumerate(sources.read_lines(path), start=1):
+            if not line.strip():
+                raise sources.DataError(
+                    f"{path}:{lineno}: empty line in a dev/test file (every line is scored)"
+                )
+            if len(line) > MAX_HELDOUT_CHARS:
+                raise sources.DataError(
+                    f"{path}:{lineno}: line of {len(line):,} characters in a dev/test file "
+                    f"(at most {MAX_HELDOUT_CHARS:,})"
+                )
 
 
 def corpus_cache_key(cfg: DataConfig) -> str:

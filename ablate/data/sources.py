@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,7 @@ def read_lines(path: str | os.PathLike) -> list[str]:
                     raise DataError(
                         f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
                     ) from None
-        except (OSError, EOFError) as e:  # truncated or corrupt gzip
+        except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt gzip
             raise DataError(f"{path}: cannot read ({e})") from None
     return out
 

@@ -1,0 +1,170 @@
+"""English constituency parsing as a translation task (section 6.3, Table 4), for the training pipeline.
+
+* :func:`parsing_corpus` turns a treebank into the parallel text the datamodule prepares: the source is
+  a sentence's words, the target its linearized tree (:func:`ablate.parsing.linearize.linearize`).
+  Train is WSJ 02-21 (plus ``data.silver_trees`` for ``data.name=wsj_semi``), dev 22, test 23, read
+  from ``data.treebank_dir`` or from the built-in treebank (``data.treebank_builtin``), which is written
+  once into ``<cache_dir>/treebanks/``.
+* The gold trees of dev and test go with the prepared corpus: :class:`ParsingCorpus` writes
+  ``dev.gold.mrg`` / ``test.gold.mrg`` (one cleaned tree a line, POS tags kept, since EVALB deletes
+  punctuation by the gold tags) next to ``dev.src.txt``; :func:`gold_trees` reads them back.
+* :func:`parsing_metrics` scores decoded dev outputs (EVALB, COLLINS.prm) as the record's ``f1``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ablate.config import ConfigError, DataConfig
+from ablate.data import sources
+from ablate.parsing.builtin import BUILTIN_VERSION, write_builtin_treebank
+from ablate.parsing.tree import Tree, parse_bracketed, to_string
+from ablate.parsing.wsj import load_silver, load_split, parallel_text
+
+__all__ = [
+    "NAMES",
+    "GOLD_SPLITS",
+    "ParsingCorpus",
+    "treebank_root",
+    "load_trees",
+    "parsing_corpus",
+    "gold_path",
+    "gold_trees",
+    "parsing_metrics",
+]
+
+NAMES = ("wsj", "wsj_semi")  # data.name values of the parsing task (the report tells them apart)
+GOLD_SPLITS = ("dev", "test")
+
+
+@dataclass
+class ParsingCorpus(sources.Corpus):
+    """A corpus that also carries the gold trees of its scored splits, in the splits' order."""
+
+    gold: dict[str, list[Tree]] = field(default_factory=dict)
+
+    def write_extras(self, folder: str | Path) -> None:
+        """Write ``<split>.gold.mrg`` for dev and test into a prepared-corpus folder."""
+        for split, trees in self.gold.items():
+            write_trees(gold_path(folder, split), trees)
+
+
+def treebank_root(cfg: DataConfig) -> Path:
+    """The treebank folder: ``data.treebank_dir``, or the built-in treebank written into the cache."""
+    if cfg.treebank_builtin:
+        name = (
+            f"builtin-v{BUILTIN_VERSION}-seed{cfg.builtin_seed}-"
+            f"{cfg.builtin_train}-{cfg.builtin_dev}-{cfg.builtin_test}"
+        )
+        return write_builtin_treebank(
+            Path(cfg.cache_dir) / "treebanks" / name,
+            seed=cfg.builtin_seed,
+            n_train=cfg.builtin_train,
+            n_dev=cfg.builtin_dev,
+            n_test=cfg.builtin_test,
+        )
+    if not cfg.treebank_dir:
+        raise ConfigError(
+            "data.treebank_dir must name the Penn Treebank WSJ folder (<dir>/<section>/*.mrg, sections "
+            "02-23, e.g. parsed/mrg/wsj of Treebank-3); or run experiment=wsj_parsing_builtin"
+        )
+    root = Path(cfg.treebank_dir).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"data.treebank_dir={cfg.treebank_dir}: no such folder")
+    return root
+
+
+def load_trees(cfg: DataConfig) -> dict[str, list[Tree]]:
+    """Cleaned trees of train (02-21, + silver for wsj_semi), dev (22) and test (23)."""
+    if cfg.name not in NAMES:
+        raise ConfigError(f"data.name={cfg.name!r} is not a parsing data set ({', '.join(NAMES)})")
+    if cfg.name == "wsj_semi" and not cfg.silver_trees:
+        raise ConfigError("data.name=wsj_semi needs data.silver_trees=<file of trees, one a line>")
+    if cfg.name == "wsj" and cfg.silver_trees:
+        raise ConfigError(
+            "data.silver_trees is the semi-supervised setting: set data.name=wsj_semi "
+            "(and data.vocab_size=32000, section 6.3) so that records tell the two settings apart"
+        )
+    root = treebank_root(cfg)
+    trees = {split: load_split(root, split) for split in ("train", "dev", "test")}
+    if cfg.silver_trees:
+        trees["train"] = trees["train"] + load_silver(cfg.silver_trees)
+    for split in ("train", "dev"):
+        if not trees[split]:
+            raise sources.DataError(f"{root}: no {split} trees (sections of the {split} split are empty)")
+    return trees
+
+
+def _split(trees: list[Tree]) -> sources.Split:
+    src, tgt = parallel_text(trees)
+    return sources.Split(src, tgt)
+
+
+def parsing_corpus(cfg: DataConfig) -> ParsingCorpus:
+    """The parallel text of the parsing task; its key is a hash of the trees' text (and split sizes)."""
+    trees = load_trees(cfg)
+    h = hashlib.sha256(b"ablate-parsing-corpus-v1")
+    for split in ("train", "dev", "test"):
+        h.update(f"|{split}:{len(trees[split])}|".encode())
+        for t in trees[split]:
+            h.update(to_string(t).encode("utf-8"))
+            h.update(b"\n")
+    splits = {name: _split(ts) for name, ts in trees.items() if ts}
+    gold = {name: trees[name] for name in GOLD_SPLITS if trees[name]}
+    return ParsingCorpus(splits, h.hexdigest()[:16], cfg.src_lang, cfg.tgt_lang, gold=gold)
+
+
+# -- gold trees ------------------------------------------------------------------------------------------
+
+
+def gold_path(folder: str | Path, split: str) -> Path:
+    return Path(folder) / f"{split}.gold.mrg"
+
+
+def write_trees(path: str | Path, trees: list[Tree]) -> None:
+    Path(path).write_text("".join(to_string(t) + "\n" for t in trees), encoding="utf-8")
+
+
+def read_trees(path: str | Path) -> list[Tree]:
+    """Trees written by :func:`write_trees` (already cleaned: read back as they are)."""
+    return parse_bracketed(Path(path).read_text(encoding="utf-8"), source=str(path))
+
+
+def gold_trees(prepared_root: str | Path, split: str = "dev", cfg: DataConfig | None = None) -> list[Tree]:
+    """The cleaned gold trees of ``split`` in the prepared corpus's order (POS tags kept).
+
+    Read from ``<prepared_root>/<split>.gold.mrg``; a folder prepared without it (before the hook that
+    writes it) falls back to re-reading the treebank of ``cfg``.
+    """
+    if split not in GOLD_SPLITS:
+        raise ValueError(f"gold trees are kept for {', '.join(GOLD_SPLITS)}, not {split!r}")
+    path = gold_path(prepared_root, split)
+    if path.is_file():
+        return read_trees(path)
+    if cfg is None:
+        raise FileNotFoundError(f"{path}: no gold trees (and no data config to re-read the treebank)")
+    return load_split(treebank_root(cfg), split)
+
+
+# -- the dev metric --------------------------------------------------------------------------------------
+
+
+def parsing_metrics(sources: list[str], hyps: list[str], split_gold: list[Tree]) -> dict:
+    """EVALB (COLLINS.prm) figures of decoded linearized trees, on a 0-100 scale.
+
+    ``hyps[i]`` is the model's output for ``sources[i]`` whose gold tree is ``split_gold[i]``; when fewer
+    hypotheses than sentences are given (``decode.dev_limit``), the first ``len(hyps)`` are scored.
+    Keys: ``f1``, ``precision``, ``recall``, ``f1_le40`` (and its precision/recall), ``complete_match``,
+    ``average_crossing``, ``n``, ``n_valid``, ``n_error``, ``n_skip``, ``n_repaired`` (see
+    :func:`ablate.parsing.score.score_predictions`).
+    """
+    from ablate.parsing.score import score_predictions
+
+    n = len(hyps)
+    if len(sources) < n or len(split_gold) < n:
+        raise ValueError(
+            f"parsing_metrics: {n} hypotheses but {len(sources)} sources and {len(split_gold)} gold trees"
+        )
+    return score_predictions(list(sources[:n]), list(hyps), list(split_gold[:n]))

@@ -1,0 +1,129 @@
+"""Killed and preempted runs resume where they were and end with exactly the metrics of an uninterrupted
+run (data order, RNG, optimizer, scheduler and step restored)."""
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ARGS = [
+    "scale=tiny",
+    "logger=none",
+    "train.max_steps=40",
+    "train.checkpoint_every=5",
+    "train.val_every=15",
+    "trainer.threads=1",
+]
+
+
+def cmd(tmp, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "ablate.run",
+        *ARGS,
+        f"results_dir={tmp}/results",
+        f"data.cache_dir={tmp}/cache",
+        *extra,
+    ]
+
+
+def env():
+    return dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
+
+
+def record(tmp) -> dict:
+    (path,) = list(Path(tmp, "results").rglob("record.json"))
+    return json.loads(path.read_text())
+
+
+def curve_step(tmp) -> int:
+    paths = list(Path(tmp, "results").rglob("curves.jsonl"))
+    if not paths:
+        return 0
+    rows = [json.loads(r) for r in paths[0].read_text().splitlines() if r.strip()]
+    return max((r["step"] for r in rows), default=0)
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ref")
+    p = subprocess.run(cmd(tmp), cwd=ROOT, env=env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return record(tmp)
+
+
+def start_and_interrupt(tmp, sig, at_step: int) -> subprocess.Popen:
+    p = subprocess.Popen(
+        cmd(tmp, "train.checkpoint_every=10"),
+        cwd=ROOT,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    deadline = time.time() + 240
+    while curve_step(tmp) < at_step and p.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    p.send_signal(sig)
+    p.output = p.communicate(timeout=120)[0]
+    return p
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("at_step", [random.Random(os.getpid()).randint(3, 35), 21])
+def test_kill_9_then_same_command_gives_identical_metrics(tmp_path, reference, at_step):
+    p = start_and_interrupt(tmp_path, signal.SIGKILL, at_step)
+    assert p.returncode == -signal.SIGKILL
+    assert record(tmp_path)["status"] == "running"  # never a "finished" record from a killed run
+    q = subprocess.run(
+        cmd(tmp_path, "train.checkpoint_every=10"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert q.returncode == 0, q.stderr[-2000:]
+    rec = record(tmp_path)
+    assert rec["status"] == "finished" and rec["steps"] == reference["steps"] == 40
+    for key in ("dev_nll_sum", "dev_tokens", "dev_bleu"):
+        assert rec["metrics"][key] == reference["metrics"][key], key
+    steps = [
+        json.loads(r)["step"] for r in next(Path(tmp_path).rglob("curves.jsonl")).read_text().splitlines()
+    ]
+    assert steps == sorted(steps)  # rows after the checkpoint were dropped, not duplicated
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_within_seconds_and_resumes_exactly(tmp_path, reference):
+    t = time.time()
+    p = start_and_interrupt(tmp_path, signal.SIGTERM, 13)
+    assert p.returncode == 143, p.output[-3000:]
+    assert time.time() - t < 200
+    assert "preempted at step" in p.output
+    rec = record(tmp_path)
+    assert rec["status"] == "running" and "preempted" in rec
+    import torch
+
+    state = torch.load(next(Path(tmp_path).rglob("last.ckpt")), map_location="cpu", weights_only=True)
+    assert state["global_step"] >= 13  # written at the signal, not at the last periodic checkpoint (10)
+    q = subprocess.run(
+        cmd(tmp_path, "train.checkpoint_every=10"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert q.returncode == 0, q.stderr[-2000:]
+    rec = record(tmp_path)
+    assert rec["status"] == "finished"
+    assert rec["metrics"]["dev_nll_sum"] == reference["metrics"]["dev_nll_sum"]
