@@ -145,8 +145,17 @@ def git_revision(cwd: str | os.PathLike | None = None) -> str | None:
 
 # The files whose content decides what a run computes (numerics and data); orchestration, logging and
 # the report are left out so that editing them does not mark every finished run stale.
-CODE_FILES = ("model.py", "decode.py", "loss.py", "optim.py", "lit.py", "data/batching.py",
-              "data/dataset.py", "data/builtin.py", "data/tokenizer.py")
+CODE_FILES = (
+    "model.py",
+    "decode.py",
+    "loss.py",
+    "optim.py",
+    "lit.py",
+    "data/batching.py",
+    "data/dataset.py",
+    "data/builtin.py",
+    "data/tokenizer.py",
+)
 
 
 def code_hash() -> str:

@@ -21,6 +21,7 @@ def summary(rec: dict) -> str:
         f"run        {rec['run_id']}  ({rec['status']})",
         f"dev PPL    {m.get('dev_ppl', float('nan')):.3f}  (per wordpiece, no label smoothing)",
         f"dev BLEU   {m.get('dev_bleu', float('nan')):.2f}  {m.get('dev_bleu_signature', '')}",
+        *([_f1_line(m)] if "f1" in m else []),
         f"params     {rec['params']:,}  (at paper scale: {rec['params_paper_scale']:,})",
         f"steps      {rec.get('steps', 0)}  tokens/s {rec.get('tokens_per_s', 0):,.0f}  "
         f"wall {rec.get('wall_time_s', 0):.0f}s  device {rec.get('device', '?')}",
@@ -39,11 +40,24 @@ def _record_rejection(dcfg: DictConfig, e: BaseException) -> None:
         path = results.run_dir(cfg) / results.RECORD_NAME
         if path.is_file():
             return  # training wrote its own record
-        results.atomic_write_json(path, {
-            "schema_version": results.SCHEMA_VERSION, "run_id": results.run_id(cfg), "row": cfg.model.name,
-            "group": cfg.model.group, "seed": cfg.seed, "status": "failed", "reason": _first_line(e),
-            "task": cfg.task, "sweep": cfg.sweep_name, "config": asdict(cfg), "metrics": {},
-            "started": results.now(), "finished": results.now()})
+        results.atomic_write_json(
+            path,
+            {
+                "schema_version": results.SCHEMA_VERSION,
+                "run_id": results.run_id(cfg),
+                "row": cfg.model.name,
+                "group": cfg.model.group,
+                "seed": cfg.seed,
+                "status": "failed",
+                "reason": _first_line(e),
+                "task": cfg.task,
+                "sweep": cfg.sweep_name,
+                "config": asdict(cfg),
+                "metrics": {},
+                "started": results.now(),
+                "finished": results.now(),
+            },
+        )
     except Exception:  # noqa: BLE001 - the error itself has been printed; recording it is best effort
         pass
 
@@ -51,6 +65,13 @@ def _record_rejection(dcfg: DictConfig, e: BaseException) -> None:
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
+
+
+def _f1_line(m: dict) -> str:
+    return (
+        f"dev F1     {m['f1']:.2f}  (EVALB, COLLINS.prm; <= 40 words: {m.get('f1_le40', float('nan')):.2f}; "
+        f"{m.get('n_repaired', 0)} outputs repaired)"
+    )
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
@@ -80,7 +101,8 @@ def main(dcfg: DictConfig) -> float | None:
         sys.exit(1)
     rec["_dir"] = str(results.run_dir(cfg))
     print(summary(rec))
-    return rec.get("metrics", {}).get("dev_bleu")
+    m = rec.get("metrics", {})
+    return m.get("f1") if cfg.task == "parsing" else m.get("dev_bleu")
 
 
 if __name__ == "__main__":

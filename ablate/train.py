@@ -66,6 +66,8 @@ class Curves(Callback):
         row = {"step": trainer.global_step, "dev_ppl": module.last_eval["dev_ppl"]}
         if "dev_bleu" in module.last_eval:
             row["dev_bleu"] = module.last_eval["dev_bleu"]
+        if "parsing" in module.last_eval:
+            row["dev_f1"] = module.last_eval["parsing"]["f1"]
         self._write(trainer, row)
 
 
@@ -146,6 +148,25 @@ class FaultInjection(Callback):
             with torch.no_grad():
                 module.model.embedding.weight.copy_(self.saved)
             self.saved, self.step = None, 0
+
+
+class ParsingScore(Callback):
+    """task=parsing: bracketing F1 (EVALB, COLLINS.prm) of the decoded dev trees (6.3), beside BLEU."""
+
+    def __init__(self, sources: list[str], gold: list):
+        self.sources, self.gold = sources, gold
+
+    def on_validation_end(self, trainer, module):
+        hyps = module.last_eval.get("hyps")
+        if hyps is None or "parsing" in module.last_eval:
+            return
+        from ablate.parsing.task import parsing_metrics
+
+        module.last_eval["parsing"] = parsing_metrics(self.sources, hyps, self.gold)
+        if trainer.logger:
+            trainer.logger.log_metrics(
+                {"dev/f1": module.last_eval["parsing"]["f1"]}, step=trainer.global_step
+            )
 
 
 class TimeLimit(Callback):
@@ -274,6 +295,11 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
     module.references = dm.references("dev")
     if cfg.decode.dev_limit:
         module.references = module.references[: cfg.decode.dev_limit]
+    parsing_score = None
+    if cfg.task == "parsing":
+        from ablate.parsing.task import gold_trees
+
+        parsing_score = ParsingScore(dm.sources_text("dev"), gold_trees(prepared.root, "dev", cfg.data))
     ckpt_dir = out / "checkpoints"
     last = ckpt_dir / "last.ckpt"
     logger = (
@@ -290,7 +316,9 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
         else False
     )
     t_start = time.perf_counter()
-    trainer = _trainer(cfg, steps, accumulate, ckpt_dir, logger, out)
+    trainer = _trainer(
+        cfg, steps, accumulate, ckpt_dir, logger, out, [parsing_score] if parsing_score else []
+    )
     try:
         if last.is_file():
             dm.resume_position = _resume_point(last, module, out / "curves.jsonl", rid)
@@ -299,8 +327,10 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
         final = _final_eval(cfg, trainer, module, dm)
     except SIGTERMException:  # preempted: the checkpoint is written; the same command continues the run
         if rank0:
-            record.update(preempted=results.now(), reason=f"preempted at step {trainer.global_step}; "
-                          "run the same command again to continue")
+            record.update(
+                preempted=results.now(),
+                reason=f"preempted at step {trainer.global_step}; run the same command again to continue",
+            )
             results.atomic_write_json(rec_path, record)
         tracking.finish(logger)
         raise Preempted(f"preempted at step {trainer.global_step}: checkpoint {last}") from None
@@ -341,6 +371,7 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
                 "checkpoint": "checkpoints/last.ckpt",
             },
         )
+        record["metrics"].update(final.get("parsing", {}))  # task=parsing: f1, f1_le40, precision, ...
         m = trainer.callback_metrics
         if "train/loss" in m:
             record["metrics"]["train_loss"] = float(m["train/loss"])
@@ -356,8 +387,10 @@ def _resume_point(last: Path, module, curves: Path, rid: str) -> tuple[int, int]
     try:
         state = torch.load(last, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unreadable file is the same problem for the user
-        raise CheckpointError(f"{last}: corrupted or unreadable checkpoint ({type(e).__name__}); "
-                              "delete it to restart the run, or resume=false") from None
+        raise CheckpointError(
+            f"{last}: corrupted or unreadable checkpoint ({type(e).__name__}); "
+            "delete it to restart the run, or resume=false"
+        ) from None
     ours = {k: v.shape for k, v in module.state_dict().items()}
     theirs = {k: v.shape for k, v in state.get("state_dict", {}).items()}
     if ours != theirs:
@@ -376,7 +409,9 @@ class CheckpointError(ValueError):
     pass
 
 
-def _trainer(cfg: RunConfig, steps: int, accumulate: int, ckpt_dir: Path, logger, out: Path) -> pl.Trainer:
+def _trainer(
+    cfg: RunConfig, steps: int, accumulate: int, ckpt_dir: Path, logger, out: Path, extra: list[Callback]
+) -> pl.Trainer:
     t = cfg.trainer
     ckpt = ModelCheckpoint(
         dirpath=ckpt_dir,
@@ -392,6 +427,7 @@ def _trainer(cfg: RunConfig, steps: int, accumulate: int, ckpt_dir: Path, logger
         ckpt,
         Preemption(ckpt_dir / "last.ckpt"),
         RestoreRNG(),
+        *extra,  # before Curves, which writes what they compute
         Curves(out / "curves.jsonl"),
         BleuSchedule(cfg.train.bleu_every),
         TimeLimit(cfg.train.max_minutes),

@@ -62,8 +62,9 @@ def summary(path: str | Path) -> dict:
             for item in (rec.config if kind == "config" else rec.run.config).update:
                 out["config"][item.key] = json.loads(item.value_json)
         elif kind == "history":
-            out["history"].append({i.key or "/".join(i.nested_key): json.loads(i.value_json)
-                                   for i in rec.history.item})
+            out["history"].append(
+                {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+            )
         elif kind == "summary":
             for item in rec.summary.update:
                 out["summary"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)

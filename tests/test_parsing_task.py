@@ -144,6 +144,40 @@ def test_parsing_metrics(tmp_path, treebank):
         parsing_metrics(dev.src[:1], dev.tgt, gold)  # fewer sources than hypotheses
 
 
+def test_experiment_configs():
+    def job(*overrides):
+        p = subprocess.run(
+            [sys.executable, "-m", "ablate.run", "--cfg", "job", *overrides],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+        return p.stdout
+
+    paper = job("experiment=wsj_parsing", "data.treebank_dir=/ptb/wsj")
+    for line in (
+        "n_layers: 4",
+        "d_model: 1024",
+        "d_ff: 2048",
+        "d_k: 128",
+        "beam: 21",
+        "alpha: 0.3",
+        "max_len_b: 300",
+        "vocab_size: 16000",
+        "name: paper",
+        "task: parsing",
+        "name: wsj",
+        "treebank_dir: /ptb/wsj",
+    ):
+        assert line in paper, line
+    builtin = job("experiment=wsj_parsing_builtin")
+    for line in ("name: cpu_parsing", "treebank_builtin: true", "beam: 4", "d_model: 1024"):
+        assert line in builtin, line
+    assert "name: tiny" in job("experiment=wsj_parsing_builtin", "scale=tiny")
+
+
 @pytest.mark.slow
 def test_builtin_parsing_experiment_end_to_end(tmp_path):
     env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1")
@@ -170,7 +204,7 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
         assert key in m
     assert m["n"] == rec["data"]["splits"]["dev"]["pairs"]
     cfg = rec["config"]
-    assert cfg["decode"]["beam"] == 21 and cfg["decode"]["alpha"] == 0.3 and cfg["decode"]["max_len_b"] == 300
+    assert cfg["decode"]["beam"] == 4 and cfg["decode"]["alpha"] == 0.3 and cfg["decode"]["max_len_b"] == 300
     assert cfg["model"]["n_layers"] == 4 and cfg["model"]["d_model"] == 1024
     assert "dev F1" in p.stdout
     prepared = list((tmp_path / "cache" / "data").glob("*/dev.gold.mrg"))

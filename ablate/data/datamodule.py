@@ -61,7 +61,11 @@ def load_corpus(cfg: DataConfig) -> sources.Corpus:
                 "(python -m ablate.prepare data=multi30k downloads them)"
             )
         return sources.multi30k_corpus(cfg.root, cfg.src_lang, cfg.tgt_lang)
-    if cfg.name in ("files", "wmt14_en_de", "wsj"):
+    if cfg.name in ("wsj", "wsj_semi"):
+        from ablate.parsing.task import parsing_corpus
+
+        return parsing_corpus(cfg)
+    if cfg.name in ("files", "wmt14_en_de"):
         paths = {}
         for split in SPLITS:
             s, t = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
@@ -71,7 +75,9 @@ def load_corpus(cfg: DataConfig) -> sources.Corpus:
             if split in paths:
                 check_heldout_files(*paths[split])
         return sources.files_corpus(paths, cfg.src_lang, cfg.tgt_lang, cfg.max_len_ratio)
-    raise ConfigError(f"data.name={cfg.name!r} is not one of builtin, files, multi30k, wmt14_en_de, wsj")
+    raise ConfigError(
+        f"data.name={cfg.name!r} is not one of builtin, files, multi30k, wmt14_en_de, wsj, wsj_semi"
+    )
 
 
 MAX_HELDOUT_CHARS = 2000
@@ -158,6 +164,8 @@ def _build(cfg: DataConfig, root: Path) -> None:
                 "src_tokens": int(enc.src_lens.sum()),
                 "tgt_tokens": int(enc.tgt_lens.sum()),
             }
+        if hasattr(corpus, "write_extras"):  # parsing: the gold trees of dev/test (<split>.gold.mrg)
+            corpus.write_extras(tmp)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
         if root.exists():
             shutil.rmtree(root)
