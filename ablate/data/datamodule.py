@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -65,7 +66,7 @@ def load_corpus(cfg: DataConfig) -> sources.Corpus:
         from ablate.parsing.task import parsing_corpus
 
         return parsing_corpus(cfg)
-    if cfg.name in ("files", "wmt14_en_de"):
+    if cfg.name == "files":
         paths = {}
         for split in SPLITS:
             s, t = getattr(cfg, f"{split}_src"), getattr(cfg, f"{split}_tgt")
@@ -115,6 +116,10 @@ def corpus_cache_key(cfg: DataConfig) -> str:
 
 def prepare_corpus(cfg: DataConfig) -> Prepared:
     """Build (once) and return the prepared corpus for this data config."""
+    if cfg.name == "wmt14_en_de":  # 4.5M pairs: streamed with bounded memory (ablate/prepare.py)
+        from ablate.prepare import prepare
+
+        return Prepared(prepare(cfg))
     cache = Path(cfg.cache_dir)
     root = cache / "data" / corpus_cache_key(cfg)
     with file_lock(cache / "data" / f".{root.name}.lock"):
@@ -180,6 +185,30 @@ def _spm_path(cfg: DataConfig, corpus_key: str) -> Path:
     return Path(cfg.cache_dir) / "spm" / key / "spm.model"
 
 
+class LoadedSplit(Encoded):
+    """An encoded split as training reads it: sentence lengths computed once (collate looks them up for
+    every batch; recomputing them over 4.5M offsets cost ~20 ms a batch at WMT size)."""
+
+    @cached_property
+    def src_lens(self) -> np.ndarray:
+        return np.diff(self.src_offsets)
+
+    @cached_property
+    def tgt_lens(self) -> np.ndarray:
+        return np.diff(self.tgt_offsets)
+
+
+def load_split(path: Path, mmap: bool = False) -> LoadedSplit:
+    """Memory-mapped for training (ranks on one machine share the page cache; nothing is read up front)."""
+    if mmap:
+        from ablate.data.binarize import load_npz_mmap
+
+        z = load_npz_mmap(path)
+    else:
+        z = np.load(path)
+    return LoadedSplit(z["src_tokens"], z["src_offsets"], z["tgt_tokens"], z["tgt_offsets"])
+
+
 class StepStream(torch.utils.data.IterableDataset):
     """Yields (MicroBatch, Batch) for this device, endlessly."""
 
@@ -211,7 +240,7 @@ class TranslationData(pl.LightningDataModule):
     def setup(self, stage: str | None = None) -> None:
         for split in SPLITS:
             if split not in self.splits and self.prepared.has(split):
-                self.splits[split] = Encoded.load(self.prepared.encoded(split))
+                self.splits[split] = load_split(self.prepared.encoded(split), mmap=split == "train")
 
     def _world(self) -> tuple[int, int]:
         if self.trainer is not None:
