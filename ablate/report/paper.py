@@ -10,31 +10,12 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from ablate.rows import TABLE3_GROUPS, TABLE3_ROWS
+
 HERE = Path(__file__).parent
 
-PAPER_ORDER = (
-    "base",
-    "A1",
-    "A2",
-    "A3",
-    "A4",
-    "B1",
-    "B2",
-    "C1",
-    "C2",
-    "C3",
-    "C4",
-    "C5",
-    "C6",
-    "C7",
-    "D1",
-    "D2",
-    "D3",
-    "D4",
-    "E",
-    "big",
-)
-GROUP_ORDER = ("base", "A", "B", "C", "D", "E", "big")
+PAPER_ORDER = TABLE3_ROWS
+GROUP_ORDER = TABLE3_GROUPS
 
 
 @dataclass(frozen=True)

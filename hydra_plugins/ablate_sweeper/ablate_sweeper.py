@@ -39,32 +39,13 @@ from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSou
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from ablate.rows import TABLE3_GROUPS, TABLE3_ROWS
+
 MODEL_GROUP = "model"
 
 # Table 3 top to bottom; a user's rows come after these.
-PAPER_ROWS = (
-    "base",
-    "A1",
-    "A2",
-    "A3",
-    "A4",
-    "B1",
-    "B2",
-    "C1",
-    "C2",
-    "C3",
-    "C4",
-    "C5",
-    "C6",
-    "C7",
-    "D1",
-    "D2",
-    "D3",
-    "D4",
-    "E",
-    "big",
-)
-PAPER_GROUPS = ("base", "A", "B", "C", "D", "E", "big")
+PAPER_ROWS = TABLE3_ROWS
+PAPER_GROUPS = TABLE3_GROUPS
 
 
 class UnknownRowError(ConfigCompositionException):
