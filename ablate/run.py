@@ -22,7 +22,7 @@ def summary(rec: dict) -> str:
         f"dev PPL    {m.get('dev_ppl', float('nan')):.3f}  (per wordpiece, no label smoothing)",
         f"dev BLEU   {m.get('dev_bleu', float('nan')):.2f}  {m.get('dev_bleu_signature', '')}",
         *([_f1_line(m)] if "f1" in m else []),
-        f"params     {rec['params']:,}  (at paper scale: {rec['params_paper_scale']:,})",
+        f"params     {rec.get('params', 0):,}  (at paper scale: {rec.get('params_paper_scale', 0):,})",
         f"steps      {rec.get('steps', 0)}  tokens/s {rec.get('tokens_per_s', 0):,.0f}  "
         f"wall {rec.get('wall_time_s', 0):.0f}s  device {rec.get('device', '?')}",
         f"files      {rec.get('_dir', '')}",

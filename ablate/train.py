@@ -196,7 +196,9 @@ def train(cfg: RunConfig) -> dict:
         if not held:  # another process (a second sweep, a second joblib worker) is running this identity
             print(f"[ablate] {results.run_id(cfg)} is being run by another process; skipped")
             rec_path = out / results.RECORD_NAME
-            return results.read_record(rec_path) if rec_path.is_file() else {"status": "running"}
+            if rec_path.is_file():
+                return results.read_record(rec_path)
+            return {"run_id": results.run_id(cfg), "row": cfg.model.name, "status": "running"}
         return _train_locked(cfg, out)
 
 
