@@ -10,6 +10,7 @@ import signal
 import threading
 import time
 import traceback
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -24,6 +25,11 @@ from ablate.config import RunConfig, accumulation, effective_model, paper_model,
 from ablate.data.datamodule import TranslationData, prepare_corpus
 from ablate.lit import TranslationModule
 from ablate.model import Transformer, count_parameters
+
+# Two warnings Lightning prints on every run that say nothing about this one: a deprecation inside its own
+# pytree helper, and a note that our transfer_batch_to_device (which moves our Batch dataclass) is used.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+warnings.filterwarnings("ignore", message=r".*overridden `transfer_batch_to_device`.*")
 
 
 class StepProgress(TQDMProgressBar):
