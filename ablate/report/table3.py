@@ -70,9 +70,11 @@ class Compare:
     def improves(self) -> bool:
         """Better than base with an interval that excludes zero, over at least two seeds per side (only then
         is a cell bolded: one seed per side compares two checkpoints, not two configurations)."""
+        t_ok = self.ttest is None or self.ttest.lo > 0 or self.ttest.hi < 0
         return (
             self.diff is not None
             and self.excludes_zero
+            and t_ok  # a bootstrap over 2-5 seeds is too narrow: the seed-level t interval must agree
             and self.diff * BETTER[self.metric] > 0
             and min(self.n_row, self.n_base) >= 2
         )
@@ -518,8 +520,9 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
         "Δ base = this row's mean minus our base's mean over the same seeds (all of base's seeds when the "
         "row has seeds base lacks); paper Δ = the paper's row minus the paper's base "
         "(PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
-        "vocabularies). A value is bold only when it beats base over at least two seeds per side with an "
-        "interval that excludes zero. † = stale record (see below).",
+        "vocabularies). A value is bold only when it beats base over at least two seeds per side with "
+        "both the seed-level t interval and the bootstrap interval excluding zero. "
+        "† = stale record (see below).",
         "",
     ]
     lines.append(_md(main_table(an)))
