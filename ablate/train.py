@@ -384,6 +384,10 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
         if "train/loss" in m:
             record["metrics"]["train_loss"] = float(m["train/loss"])
         results.atomic_write_json(rec_path, record)
+        if cfg.train.average_last and "test" in dm.splits:  # Table 2: average, decode the test set
+            from ablate.evaluate import evaluate_run
+
+            record = {**record, "metrics": {**record["metrics"], **evaluate_run(out, cfg.train.average_last)}}
         _log_final(logger, record, final, dm.sources_text("dev"), module.references)
     tracking.finish(logger, [rec_path, out / "curves.jsonl", out / "dev_sentences.npz"])
     return record

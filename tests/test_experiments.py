@@ -1,0 +1,44 @@
+"""The experiment configs encode the paper's recipes (composed as the CLI would)."""
+
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+
+from ablate.config import accumulation, to_dataclass, total_steps
+from ablate.run import register_configs  # noqa: F401 - registers the schema
+
+CONF = str(Path(__file__).resolve().parents[1] / "conf")
+
+
+def cfg(*overrides):
+    with initialize_config_dir(CONF, version_base="1.3"):
+        return to_dataclass(compose("config", overrides=list(overrides)))
+
+
+def test_table2_base_is_the_papers_recipe():
+    c = cfg("experiment=table2_base")
+    assert (c.model.name, c.data.name, c.scale.name) == ("base", "wmt14_en_de", "paper")
+    assert total_steps(c) == 100_000 and c.train.warmup_steps == 4000 and c.data.vocab_size == 37_000
+    assert c.train.average_last == 5 and c.decode.beam == 4 and c.decode.alpha == 0.6
+    assert (c.decode.max_len_a, c.decode.max_len_b) == (1.0, 50)
+    # ~25,000 target tokens per step on 1 or 8 devices
+    assert accumulation(c) * c.train.max_tokens >= 25_000
+    c.trainer.devices = 8
+    assert accumulation(c) == 1 and 8 * c.train.max_tokens >= 25_000
+
+
+def test_table2_big():
+    c = cfg("experiment=table2_big")
+    assert (c.model.d_model, c.model.d_ff, c.model.n_heads, c.model.dropout) == (1024, 4096, 16, 0.3)
+    assert total_steps(c) == 300_000 and c.train.average_last == 20
+
+
+def test_cpu_table3_keeps_what_rows_vary():
+    from ablate.config import effective_model
+
+    a4 = effective_model(cfg("scale=cpu_table3", "model=A4"), 500)
+    assert (a4.n_heads, a4.d_k, a4.d_model) == (32, 2, 64)  # h kept, d_k scaled with d_model
+    c1, c3 = (effective_model(cfg("scale=cpu_table3", f"model={r}"), 500) for r in ("C1", "C3"))
+    assert (c1.n_layers, c3.n_layers) == (1, 4)  # N 2 and 8 -> 1 and 4: the ratio kept
+    big = cfg("scale=cpu_table3", "model=big")
+    assert total_steps(big) == 3 * total_steps(cfg("scale=cpu_table3"))
