@@ -172,27 +172,25 @@ def to_dataclass(cfg: DictConfig | RunConfig) -> RunConfig:
     return obj
 
 
-def _scaled(x: int, factor: float, key: str) -> int:
-    v = max(1, int(round(x * factor)))
-    if factor != 1.0 and v < 1:
-        raise ConfigError(f"scale: {key}={x} x {factor} rounds to zero")
-    return v
+def _scaled(x: int, factor: float) -> int:
+    """A size under a scale preset: rounded, never below 1 (e.g. d_k 16 x 1/8 -> 2)."""
+    return max(1, int(round(x * factor)))
 
 
 def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
     """The row after the scale preset, as the model builds it."""
     m, s = cfg.model, cfg.scale
-    d_model = _scaled(m.d_model, s.width, "model.d_model")
+    d_model = _scaled(m.d_model, s.width)
     if m.positional == "sinusoidal" and d_model % 2:
         d_model += 1
     return TransformerConfig(
         vocab_size=vocab_size,
-        n_layers=_scaled(m.n_layers, s.depth, "model.n_layers"),
+        n_layers=_scaled(m.n_layers, s.depth),
         d_model=d_model,
-        d_ff=_scaled(m.d_ff, s.width, "model.d_ff"),
+        d_ff=_scaled(m.d_ff, s.width),
         n_heads=m.n_heads,
-        d_k=_scaled(m.d_k, s.width, "model.d_k"),
-        d_v=_scaled(m.d_v, s.width, "model.d_v"),
+        d_k=_scaled(m.d_k, s.width),
+        d_v=_scaled(m.d_v, s.width),
         dropout=m.dropout,
         attn_dropout=m.attn_dropout,
         relu_dropout=m.relu_dropout,
