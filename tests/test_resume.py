@@ -60,6 +60,19 @@ def reference(tmp_path_factory):
     return record(tmp)
 
 
+def rerun(tmp) -> None:
+    """The same command again, to completion."""
+    q = subprocess.run(
+        cmd(tmp, "train.checkpoint_every=10"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert q.returncode == 0, q.stderr[-2000:]
+
+
 def start_and_interrupt(tmp, sig, at_step: int) -> subprocess.Popen:
     p = subprocess.Popen(
         cmd(tmp, "train.checkpoint_every=10"),
@@ -83,15 +96,7 @@ def test_kill_9_then_same_command_gives_identical_metrics(tmp_path, reference, a
     p = start_and_interrupt(tmp_path, signal.SIGKILL, at_step)
     assert p.returncode == -signal.SIGKILL
     assert record(tmp_path)["status"] == "running"  # never a "finished" record from a killed run
-    q = subprocess.run(
-        cmd(tmp_path, "train.checkpoint_every=10"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert q.returncode == 0, q.stderr[-2000:]
+    rerun(tmp_path)
     rec = record(tmp_path)
     assert rec["status"] == "finished" and rec["steps"] == reference["steps"] == 40
     for key in ("dev_nll_sum", "dev_tokens", "dev_bleu"):
@@ -115,15 +120,7 @@ def test_sigterm_checkpoints_within_seconds_and_resumes_exactly(tmp_path, refere
 
     state = torch.load(next(Path(tmp_path).rglob("last.ckpt")), map_location="cpu", weights_only=True)
     assert state["global_step"] >= 13  # written at the signal, not at the last periodic checkpoint (10)
-    q = subprocess.run(
-        cmd(tmp_path, "train.checkpoint_every=10"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert q.returncode == 0, q.stderr[-2000:]
+    rerun(tmp_path)
     rec = record(tmp_path)
     assert rec["status"] == "finished"
     assert rec["metrics"]["dev_nll_sum"] == reference["metrics"]["dev_nll_sum"]
