@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.data.sources import DataError, open_binary
+from ablate.data.sources import MAX_CHARS, DataError, drop_reason, open_binary
 from ablate.data.tokenizer import load_or_train, vocab_key
 
 SPLITS = ("train", "dev", "test")
@@ -62,7 +62,7 @@ class Settings:
     spm_sentences: int = 1_000_000
     max_len: int = 256  # wordpieces, either side (training only)
     max_len_ratio: float = 9.0  # word-length ratio (training only)
-    max_chars: int = 2000  # characters, either side (training only)
+    max_chars: int = MAX_CHARS  # characters, either side (training only)
     src_lang: str = "en"
     tgt_lang: str = "de"
     seed: int = 0
@@ -177,23 +177,14 @@ def clean(
                         raise _heldout_error(source, lineno, not _decodes(sb), "invalid UTF-8") from None
                     dropped["invalid_utf8"] += 1
                     continue
-                if not s or not t:
-                    if not filter_train:
-                        raise _heldout_error(source, lineno, not s, "empty line")
-                    dropped["empty"] += 1
+                reason = drop_reason(s, t, max_chars, ratio)
+                if reason and not filter_train:  # dev/test: no ratio filter, so empty or too long
+                    what = "empty line" if reason == "empty" else f"line over {max_chars:,} characters"
+                    src_bad = not s if reason == "empty" else len(s) > max_chars
+                    raise _heldout_error(source, lineno, src_bad, what)
+                if reason:
+                    dropped[reason] += 1
                     continue
-                if len(s) > max_chars or len(t) > max_chars:
-                    if not filter_train:
-                        raise _heldout_error(
-                            source, lineno, len(s) > max_chars, f"line over {max_chars:,} characters"
-                        )
-                    dropped["too_long"] += 1
-                    continue
-                if filter_train:
-                    ls, lt = len(s.split()), len(t.split())
-                    if max(ls, lt) > ratio * min(ls, lt):
-                        dropped["length_ratio"] += 1
-                        continue
                 if "\r" in s:  # a lone CR inside a line would split it when the text is read back
                     s = s.replace("\r", " ")
                 if "\r" in t:

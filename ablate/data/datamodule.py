@@ -81,22 +81,19 @@ def load_corpus(cfg: DataConfig) -> sources.Corpus:
     )
 
 
-MAX_HELDOUT_CHARS = 2000
-
-
 def check_heldout_files(src: str, tgt: str) -> None:
     """Dev and test sets are scored whole, so a line that training would drop is an error there: an empty
-    line or one over MAX_HELDOUT_CHARS characters is reported with its file and line number."""
+    line or one over sources.MAX_CHARS characters is reported with its file and line number."""
     for path in (src, tgt):
         for lineno, line in enumerate(sources.read_lines(path), start=1):
             if not line.strip():
                 raise sources.DataError(
                     f"{path}:{lineno}: empty line in a dev/test file (every line is scored)"
                 )
-            if len(line) > MAX_HELDOUT_CHARS:
+            if len(line) > sources.MAX_CHARS:
                 raise sources.DataError(
                     f"{path}:{lineno}: line of {len(line):,} characters in a dev/test file "
-                    f"(at most {MAX_HELDOUT_CHARS:,})"
+                    f"(at most {sources.MAX_CHARS:,})"
                 )
 
 

@@ -64,15 +64,31 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     return out
 
 
+MAX_CHARS = 2000  # a side longer than this is dropped from training, and an error in dev/test
+
+
+def drop_reason(s: str, t: str, max_chars: int = MAX_CHARS, max_ratio: float = 9.0) -> str | None:
+    """Why a (stripped) training pair is dropped: 'empty', 'too_long', 'length_ratio', or None to keep it.
+    The one rule for the in-memory reader here and the streaming one (binarize.clean)."""
+    if not s or not t:
+        return "empty"
+    if len(s) > max_chars or len(t) > max_chars:
+        return "too_long"
+    ls, lt = len(s.split()), len(t.split())
+    if max(ls, lt) > max_ratio * min(ls, lt):
+        return "length_ratio"
+    return None
+
+
 def clean_pairs(
     src: list[str],
     tgt: list[str],
     src_name: str,
     tgt_name: str,
-    max_chars: int = 2000,
+    max_chars: int = MAX_CHARS,
     max_ratio: float = 9.0,
 ) -> Split:
-    """Drop and count: empty or whitespace-only sides, sides over max_chars, word-length ratio > max_ratio."""
+    """Drop and count the pairs `drop_reason` rejects."""
     if len(src) != len(tgt):
         raise DataError(
             f"{src_name} has {len(src)} lines but {tgt_name} has {len(tgt)}: the files must be line-aligned"
@@ -80,17 +96,12 @@ def clean_pairs(
     split = Split([], [])
     for s, t in zip(src, tgt):
         s, t = s.strip(), t.strip()
-        if not s or not t:
-            split.dropped["empty"] += 1
-        elif len(s) > max_chars or len(t) > max_chars:
-            split.dropped["too_long"] += 1
+        reason = drop_reason(s, t, max_chars, max_ratio)
+        if reason:
+            split.dropped[reason] += 1
         else:
-            ls, lt = len(s.split()), len(t.split())
-            if max(ls, lt) > max_ratio * min(ls, lt):
-                split.dropped["length_ratio"] += 1
-            else:
-                split.src.append(s)
-                split.tgt.append(t)
+            split.src.append(s)
+            split.tgt.append(t)
     return split
 
 
@@ -99,7 +110,7 @@ def read_parallel(src_path: str, tgt_path: str, keep_all: bool = False, max_rati
     cover the whole set; training data is filtered."""
     src, tgt = read_lines(src_path), read_lines(tgt_path)
     ratio = float("inf") if keep_all else max_ratio
-    max_chars = 10**9 if keep_all else 2000
+    max_chars = 10**9 if keep_all else MAX_CHARS
     split = clean_pairs(src, tgt, str(src_path), str(tgt_path), max_chars=max_chars, max_ratio=ratio)
     if not split.src:
         raise DataError(f"{src_path}: no usable sentence pairs (empty corpus)")
