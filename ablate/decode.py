@@ -20,7 +20,8 @@ from ablate.model import KVCache, Transformer
 class Stepper(Protocol):
     def start(self, src: Tensor, max_len: int) -> object: ...
     def step(self, tokens: Tensor, state: object) -> Tensor: ...  # tokens (R,) -> logits (R, V)
-    def reorder(self, state: object, index: Tensor) -> object: ...
+    # same_source: each row's new parent decodes the same sentence (a beam step), so per-source state stays
+    def reorder(self, state: object, index: Tensor, same_source: bool = False) -> object: ...
 
 
 class CachedStepper:
@@ -34,8 +35,8 @@ class CachedStepper:
     def step(self, tokens: Tensor, state: KVCache) -> Tensor:
         return self.model.step(tokens, state)
 
-    def reorder(self, state: KVCache, index: Tensor) -> KVCache:
-        state.reorder(index)
+    def reorder(self, state: KVCache, index: Tensor, same_source: bool = False) -> KVCache:
+        state.reorder(index, same_source)
         return state
 
 
@@ -61,7 +62,7 @@ class UncachedStepper:
         hidden = self.model.decode(state.tokens, state.memory, state.mask)
         return self.model.logits(hidden[:, -1])
 
-    def reorder(self, state: Prefix, index: Tensor) -> Prefix:
+    def reorder(self, state: Prefix, index: Tensor, same_source: bool = False) -> Prefix:
         return Prefix(
             state.memory.index_select(0, index),
             state.mask.index_select(0, index),
@@ -166,7 +167,7 @@ def beam_search(
         s.alive_logp, pick = torch.where(is_eos, float("-inf"), top_logp).topk(K, dim=1)  # (B, K)
         s.alive_seqs = _gather_beams(cand_seqs, pick)
         tokens = tok.gather(1, pick).view(-1)
-        state = stepper.reorder(state, (rows + parent.gather(1, pick)).view(-1))
+        state = stepper.reorder(state, (rows + parent.gather(1, pick)).view(-1), same_source=True)
 
         # Early stop (6.1): the best live beam, even at the most favourable length, cannot beat the K-th
         # finished hypothesis. For alpha >= 0 the penalty grows with length, so the cap is most favourable.

@@ -1,6 +1,6 @@
 """The paper's test protocol (Table 2): average the last N checkpoints, decode, score two ways.
 
-    python -m ablate.evaluate RUN_DIR [--average 5] [--split test] [--src F --ref F]
+    python -m ablate.evaluate RUN_DIR [--average 5] [--split test] [--src F --ref F] [--until-step S]
 
 Checkpoint averaging (6.1): base averages the last 5 checkpoints, big the last 20; Table 3 used none.
 Decoding is the run's own (beam 4, alpha 0.6, max length input + 50 by default). Two BLEU figures come from
@@ -31,7 +31,11 @@ _COMPOUND = re.compile(r"(\S)-(\S)")
 
 def step_checkpoints(run_dir: Path) -> list[Path]:
     """The run's step checkpoints, oldest first (file names carry the step)."""
-    return sorted(run_dir.glob("checkpoints/step*.ckpt"), key=lambda p: int(re.sub(r"\D", "", p.stem)))
+    return sorted(run_dir.glob("checkpoints/step*.ckpt"), key=checkpoint_step)
+
+
+def checkpoint_step(path: Path) -> int:
+    return int(re.sub(r"\D", "", path.stem))
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -67,8 +71,16 @@ def load_config(run_dir: Path) -> RunConfig:
 
 
 def evaluate_run(
-    run_dir: str | Path, average: int = 0, split: str = "test", src: str | None = None, ref: str | None = None
+    run_dir: str | Path,
+    average: int = 0,
+    split: str = "test",
+    src: str | None = None,
+    ref: str | None = None,
+    until_step: int | None = None,
 ) -> dict:
+    """Decode `split` with the last checkpoint, or the mean of the last `average` step checkpoints, and
+    score it. With `until_step`, only checkpoints up to that step count (a point of a BLEU-vs-time curve):
+    the hypotheses get their own file and the run's record is left as it is."""
     import sentencepiece as spm
 
     from ablate.data.datamodule import TranslationData, prepare_corpus
@@ -79,7 +91,12 @@ def evaluate_run(
     cfg = load_config(run_dir)
     prepared = prepare_corpus(cfg.data)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
-    ckpts = step_checkpoints(run_dir)[-average:] if average else [run_dir / "checkpoints" / "last.ckpt"]
+    if until_step is not None:
+        ckpts = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= until_step][-max(average, 1) :]
+    elif average:
+        ckpts = step_checkpoints(run_dir)[-average:]
+    else:
+        ckpts = [run_dir / "checkpoints" / "last.ckpt"]
     if not ckpts or not all(p.is_file() for p in ckpts):
         raise ValueError(f"{run_dir}: no checkpoints to evaluate")
     state = average_checkpoints(ckpts)
@@ -107,6 +124,8 @@ def evaluate_run(
     bleu = sacrebleu.metrics.BLEU()
     score = bleu.corpus_score(out, [refs])
     tag = f"{split}.avg{len(ckpts)}" if average else split
+    if until_step is not None:
+        tag = f"{split}.step{checkpoint_step(ckpts[-1])}.avg{len(ckpts)}"
     results.atomic_write_text(run_dir / f"{tag}.hyp.txt", "\n".join(out) + "\n")
     metrics = {
         f"{split}_bleu": score.score,
@@ -115,6 +134,8 @@ def evaluate_run(
         f"{split}_averaged_checkpoints": len(ckpts),
         f"{split}_sentences": len(out),
     }
+    if until_step is not None:
+        return {**metrics, "step": checkpoint_step(ckpts[-1])}
     rec = results.read_record(run_dir / results.RECORD_NAME)
     rec.setdefault("metrics", {}).update(metrics)
     rec.setdefault("files", {})[f"{split}_hyp"] = f"{tag}.hyp.txt"
@@ -129,11 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         "--average", type=int, default=0, help="average the last N step checkpoints (0: last.ckpt)"
     )
     ap.add_argument("--split", default="test")
+    ap.add_argument(
+        "--until-step", type=int, help="only checkpoints up to this step (a curve point; record untouched)"
+    )
     ap.add_argument("--src", help="a source file to translate instead of the split")
     ap.add_argument("--ref", help="its reference translations")
     args = ap.parse_args(argv)
     try:
-        m = evaluate_run(args.run_dir, args.average, args.split, args.src, args.ref)
+        m = evaluate_run(args.run_dir, args.average, args.split, args.src, args.ref, args.until_step)
     except (ValueError, OSError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

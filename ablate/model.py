@@ -81,6 +81,29 @@ class Positions(nn.Module):
         return self.table[start:end]
 
 
+class Dropout(nn.Module):
+    """Inverted dropout (5.4), with a cheaper mask on CPU.
+
+    On CPU, torch's dropout draws its mask with bernoulli_, which costs about 3x a draw of raw int32 random
+    bits (measured: 18.6 vs 5.0 ms for 1M elements on 2 threads; 6% of a training step). Here an element is
+    kept when a uniform 31-bit integer is >= round(p * 2^31), i.e. with probability 1 - p to within 2^-31.
+    On GPU, torch's fused dropout is already cheap and is used as is.
+    """
+
+    def __init__(self, p: float):
+        super().__init__()
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p == 0.0:
+            return x
+        if x.device.type != "cpu" or torch.compiler.is_compiling():  # compiled: fused into its neighbours
+            return F.dropout(x, self.p, True)
+        bits = torch.empty(x.shape, dtype=torch.int32).random_()  # uniform on [0, 2^31)
+        keep = (bits >= round(self.p * 2**31)).to(x.dtype).mul_(1.0 / (1.0 - self.p))
+        return x * keep
+
+
 class Embed(nn.Module):
     """Token embedding * sqrt(d_model) + position, then dropout (3.4, 5.4)."""
 
@@ -89,7 +112,7 @@ class Embed(nn.Module):
         self.tokens = shared  # the same module in encoder, decoder and the output projection
         self.positions = Positions(cfg)
         self.scale = math.sqrt(cfg.d_model)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:  # ids (B, L) -> (B, L, d)
         x = self.tokens(ids) * self.scale + self.positions(start, ids.shape[1])
@@ -119,14 +142,25 @@ class KVCache:
         self.src_mask = src_mask  # (B, 1, 1, S) True where the key is a real token
         self.length = 0  # positions written so far
 
-    def reorder(self, index: Tensor) -> None:
-        """Keep rows `index` (B',) of every tensor, e.g. the surviving beams' parents."""
+    def reorder(self, index: Tensor, same_source: bool = False) -> None:
+        """Keep rows `index` (B',) of every tensor, e.g. the surviving beams' parents.
+
+        same_source: every row's new parent decodes the same source sentence (a beam step). The
+        encoder-decoder keys/values and the source mask are then equal across the rows being permuted and
+        are left alone, and only the filled positions of the self-attention cache are copied, into the
+        same buffers."""
+        n = self.length
         for c in self.layers:
+            if same_source:
+                c.self_k[:, :, :n] = c.self_k[:, :, :n].index_select(0, index)
+                c.self_v[:, :, :n] = c.self_v[:, :, :n].index_select(0, index)
+                continue
             c.self_k = c.self_k.index_select(0, index)
             c.self_v = c.self_v.index_select(0, index)
             c.cross_k = c.cross_k.index_select(0, index)
             c.cross_v = c.cross_v.index_select(0, index)
-        self.src_mask = self.src_mask.index_select(0, index)
+        if not same_source:
+            self.src_mask = self.src_mask.index_select(0, index)
 
 
 class MultiHeadAttention(nn.Module):
@@ -188,7 +222,7 @@ class FeedForward(nn.Module):
         super().__init__()
         self.w1 = nn.Linear(cfg.d_model, cfg.d_ff)
         self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
-        self.dropout = nn.Dropout(cfg.relu_dropout) if cfg.relu_dropout > 0 else nn.Identity()
+        self.dropout = Dropout(cfg.relu_dropout) if cfg.relu_dropout > 0 else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         return self.w2(self.dropout(F.relu(self.w1(x))))
@@ -201,7 +235,7 @@ class Residual(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.pre = cfg.norm == "pre"
 
     def forward(self, x: Tensor, sublayer) -> Tensor:

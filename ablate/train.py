@@ -50,6 +50,10 @@ class Curves(Callback):
 
     def __init__(self, path: Path, every: int = 10):
         self.path, self.every = path, every
+        self.t0 = time.perf_counter()
+
+    def on_train_start(self, trainer, module):  # wall clock of this process's training, for time curves
+        self.t0 = time.perf_counter()
 
     def _write(self, trainer, row: dict) -> None:
         if trainer.global_rank == 0:
@@ -61,7 +65,7 @@ class Curves(Callback):
         step = trainer.global_step
         if mb.micro == module.accumulate - 1 and step % self.every == 0:
             m = trainer.callback_metrics
-            row = {"step": step, "lr": module.lr_at(step)}
+            row = {"step": step, "lr": module.lr_at(step), "time_s": round(time.perf_counter() - self.t0, 2)}
             if "train/loss" in m:
                 row["train_loss"] = float(m["train/loss"])
             self._write(trainer, row)
@@ -286,7 +290,7 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
     steps, accumulate = total_steps(cfg), accumulation(cfg)
     module = TranslationModule(cfg, model_cfg, steps, accumulate)
     if cfg.train.compile:
-        module.model = torch.compile(module.model)
+        module.model.compile()  # in place: forward is compiled, state_dict keys stay the same
     with torch.device("meta"):
         params_paper = count_parameters(Transformer(paper_model(cfg.model)))
     record = base_record(cfg, rid, count_parameters(module.model), params_paper, model_cfg)

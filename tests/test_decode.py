@@ -27,7 +27,7 @@ class TableStepper:
                 logits[r, t] = math.log(p)
         return logits
 
-    def reorder(self, state, index):
+    def reorder(self, state, index, same_source=False):
         return [state[i] for i in index.tolist()]
 
 

@@ -64,3 +64,16 @@ def test_evaluate_a_run_with_averaging(tmp_path):
     rec = json.loads((run_dir / "record.json").read_text())
     assert rec["metrics"]["test_averaged_checkpoints"] == 2 and rec["metrics"]["test_sentences"] == 40
     assert (run_dir / "test.avg2.hyp.txt").is_file()
+    # A curve point: only checkpoints up to step 10, its own hypotheses file, the record left as it was.
+    r = subprocess.run(
+        [sys.executable, "-m", "ablate.evaluate", str(run_dir), "--average", "1", "--until-step", "10"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (run_dir / "test.step10.avg1.hyp.txt").is_file()
+    assert json.loads((run_dir / "record.json").read_text())["metrics"] == rec["metrics"]
+    times = [json.loads(line).get("time_s") for line in (run_dir / "curves.jsonl").read_text().splitlines()]
+    assert any(t is not None and t > 0 for t in times)  # the minute axis of benchmarks/multi30k_curve.py

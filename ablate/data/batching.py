@@ -13,22 +13,33 @@ class BatchingError(ValueError):
     pass
 
 
+def length_order(src_lens: np.ndarray, tgt_lens: np.ndarray, ties: np.ndarray | None = None) -> np.ndarray:
+    """Sentence order for bucketing: by the longer side's length, then the source length, then `ties`.
+
+    Sorting by target then source length keeps target padding near zero but leaves the source loose (on
+    Multi30k at 4,096 tokens: 13.6% of source positions, 7.4% of both sides are padding); keying on the
+    longer side first keeps both sides tight (4.8%; benchmarks/padding.py)."""
+    keys = (src_lens, np.maximum(src_lens, tgt_lens))
+    return np.lexsort(keys if ties is None else (ties, *keys))
+
+
 def token_batches(
     src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, order: np.ndarray | None = None
 ) -> list[np.ndarray]:
-    """Cut `order` (default: sorted by target then source length) into micro-batches with
-    n * max(src_len) <= max_tokens and n * max(tgt_len) <= max_tokens. Every index appears exactly once."""
+    """Cut `order` (default: `length_order`) into micro-batches whose padded tensors fit the budget on both
+    sides: n * (max(src_len) + 1) <= max_tokens and n * (max(tgt_len) + 1) <= max_tokens (+1: the EOS of
+    the source and the BOS/EOS of the target, as collate builds them). Every index appears exactly once."""
     if order is None:
-        order = np.lexsort((src_lens, tgt_lens))
-    longest = int(max(src_lens.max(initial=0), tgt_lens.max(initial=0)))
+        order = length_order(src_lens, tgt_lens)
+    longest = int(max(src_lens.max(initial=0), tgt_lens.max(initial=0))) + 1
     if longest > max_tokens:
         raise BatchingError(
             f"train.max_tokens={max_tokens} is smaller than the longest sentence "
-            f"({longest} tokens); raise it or lower data.max_len"
+            f"({longest} tokens with EOS); raise it or lower data.max_len"
         )
     batches, start, ms, mt = [], 0, 0, 0
     for i, idx in enumerate(order):
-        s, t = int(src_lens[idx]), int(tgt_lens[idx])
+        s, t = int(src_lens[idx]) + 1, int(tgt_lens[idx]) + 1
         ms2, mt2 = max(ms, s), max(mt, t)
         if (i - start + 1) * max(ms2, mt2) > max_tokens:
             batches.append(order[start:i])
@@ -79,7 +90,7 @@ class StepSampler:
         rng = np.random.default_rng([self.seed, epoch])
         # Random tie-breaking among equal lengths, so batches differ between epochs.
         noise = rng.permutation(len(self.src_lens))
-        order = np.lexsort((noise, self.src_lens, self.tgt_lens))
+        order = length_order(self.src_lens, self.tgt_lens, ties=noise)
         micro = token_batches(self.src_lens, self.tgt_lens, self.max_tokens, order)
         if self.shuffle:
             micro = [micro[i] for i in rng.permutation(len(micro))]

@@ -1,0 +1,113 @@
+"""Test BLEU against training minutes for one finished (or running) run: the Multi30k race of issue 5.
+
+For checkpoints every `--every` steps, decodes the test split (test_2016_flickr for data=multi30k) with the
+run's own decoding settings (beam 4, alpha 0.6, input + 50), from the mean of the last `--average`
+checkpoints up to that step (the run's own recipe) and, with --single, from that checkpoint alone. The
+minute of a step comes from the run's curves.jsonl (wall clock since training started, dev-loss passes
+included, decoding for this curve not). Writes curve.jsonl, curve.md and curve.png into the run folder.
+
+    python -m ablate.run data=multi30k scale=cpu_multi30k train.keep_checkpoints=100
+    python benchmarks/multi30k_curve.py RESULTS/base/RUN --every 300 --average 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from ablate.evaluate import checkpoint_step, evaluate_run, step_checkpoints  # noqa: E402
+
+# fairseq 0.12.2, issue 5's configuration, on a 2-core CPU machine (figures given in the issue).
+FAIRSEQ = [(16, 30.0), (21, 33.8), (32, 36.2), (55, 37.9)]
+
+
+def step_minutes(run_dir: Path) -> dict[int, float]:
+    out = {}
+    for line in (run_dir / "curves.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "time_s" in row:
+            out[row["step"]] = row["time_s"] / 60
+    return out
+
+
+def minute_of(step: int, minutes: dict[int, float]) -> float:
+    known = [s for s in minutes if s <= step]
+    return minutes[max(known)] if known else float("nan")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("run_dir")
+    ap.add_argument("--every", type=int, default=300)
+    ap.add_argument("--average", type=int, default=5)
+    ap.add_argument("--single", action="store_true", help="also score each checkpoint alone")
+    args = ap.parse_args(argv)
+    run = Path(args.run_dir)
+    minutes = step_minutes(run)
+    steps = [checkpoint_step(p) for p in step_checkpoints(run)]
+    points = [s for s in steps if s % args.every == 0]
+    if steps and steps[-1] not in points:
+        points.append(steps[-1])
+    rows = []
+    with open(run / "curve.jsonl", "a") as log:
+        for step in points:
+            for avg in [args.average] + ([1] if args.single else []):
+                m = evaluate_run(run, average=avg, until_step=step)
+                row = {
+                    "step": step,
+                    "minutes": round(minute_of(step, minutes), 2),
+                    "averaged": m["test_averaged_checkpoints"],
+                    "bleu": round(m["test_bleu"], 2),
+                    "bleu_tok": round(m["test_bleu_tok"], 2),
+                    "signature": m["test_bleu_signature"],
+                }
+                print(json.dumps(row), flush=True)
+                log.write(json.dumps(row) + "\n")
+                rows.append(row)
+    write_table(run, rows)
+    return 0
+
+
+def write_table(run: Path, rows: list[dict]) -> None:
+    lines = [
+        "| step | minutes | checkpoints averaged | test sacreBLEU | tokenized BLEU |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['step']} | {r['minutes']:.1f} | {r['averaged']} | {r['bleu']:.1f} | {r['bleu_tok']:.1f} |"
+        )
+    lines.append("")
+    lines.append("fairseq 0.12.2 (issue 5): " + ", ".join(f"{b} at {m} min" for m, b in FAIRSEQ))
+    (run / "curve.md").write_text("\n".join(lines) + "\n")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for avg in sorted({r["averaged"] for r in rows}, reverse=True):
+        rs = [r for r in rows if r["averaged"] == avg]
+        label = f"ablate, mean of last {avg} checkpoints" if avg > 1 else "ablate, single checkpoint"
+        ax.plot([r["minutes"] for r in rs], [r["bleu"] for r in rs], "o-", label=label)
+    ax.plot(*zip(*FAIRSEQ), "s--", color="grey", label="fairseq 0.12.2 (issue 5's figures, on its machine)")
+    ax.axhline(38, color="tab:red", lw=0.5)
+    ax.axhline(39.5, color="tab:red", lw=0.5)
+    ax.set(
+        xlabel="training minutes (2 CPU cores)", ylabel="test_2016_flickr sacreBLEU", title="Multi30k En-De"
+    )
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(run / "curve.png", dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
