@@ -91,10 +91,9 @@ def evaluate_run(
     cfg = load_config(run_dir)
     prepared = prepare_corpus(cfg.data)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
-    if until_step is not None:
-        ckpts = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= until_step][-max(average, 1) :]
-    elif average:
-        ckpts = step_checkpoints(run_dir)[-average:]
+    if average or until_step is not None:
+        last = until_step if until_step is not None else float("inf")
+        ckpts = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= last][-max(average, 1) :]
     else:
         ckpts = [run_dir / "checkpoints" / "last.ckpt"]
     if not ckpts or not all(p.is_file() for p in ckpts):
@@ -123,9 +122,10 @@ def evaluate_run(
     out = [hyps[i] for i in range(len(refs))]
     bleu = sacrebleu.metrics.BLEU()
     score = bleu.corpus_score(out, [refs])
-    tag = f"{split}.avg{len(ckpts)}" if average else split
     if until_step is not None:
         tag = f"{split}.step{checkpoint_step(ckpts[-1])}.avg{len(ckpts)}"
+    else:
+        tag = f"{split}.avg{len(ckpts)}" if average else split
     results.atomic_write_text(run_dir / f"{tag}.hyp.txt", "\n".join(out) + "\n")
     metrics = {
         f"{split}_bleu": score.score,

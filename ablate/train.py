@@ -50,7 +50,6 @@ class Curves(Callback):
 
     def __init__(self, path: Path, every: int = 10):
         self.path, self.every = path, every
-        self.t0 = time.perf_counter()
 
     def on_train_start(self, trainer, module):  # wall clock of this process's training, for time curves
         self.t0 = time.perf_counter()

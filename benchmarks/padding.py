@@ -19,11 +19,14 @@ sys.path.insert(0, str(ROOT))
 
 from ablate.config import DataConfig  # noqa: E402
 from ablate.data.batching import StepSampler  # noqa: E402
-from ablate.data.datamodule import load_split, prepare_corpus  # noqa: E402
+from ablate.data.datamodule import prepare_corpus  # noqa: E402
+from ablate.data.dataset import Encoded  # noqa: E402
 
 
 def padding(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int = 1) -> dict:
-    """Pad share per side over one epoch; +1 for EOS (source) and BOS/EOS (target), as collate builds them."""
+    """Pad share per side over one epoch, of the lengths the training loader gives the sampler (wordpieces
+    + 1: EOS on the source, BOS/EOS on the target, as collate builds them)."""
+    src_lens, tgt_lens = src_lens + 1, tgt_lens + 1
     plan = StepSampler(src_lens, tgt_lens, max_tokens, accumulate=1, seed=seed).epoch_plan(0)
     out = {"max_tokens": max_tokens, "batches": 0}
     all_slots = all_real = 0
@@ -31,7 +34,7 @@ def padding(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: i
         slots = real = 0
         for step in plan:
             for idx in step:
-                n = lens[idx] + 1
+                n = lens[idx]
                 slots += len(idx) * int(n.max())
                 real += int(n.sum())
         out[f"{side}_pad"] = 1 - real / slots
@@ -50,7 +53,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cfg = DataConfig(name="multi30k", root=args.root, vocab_size=args.vocab)
     cfg.cache_dir = str(Path.home() / ".cache" / "ablate")
-    train = load_split(prepare_corpus(cfg).encoded("train"))
+    train = Encoded.load(prepare_corpus(cfg).encoded("train"))
     print(f"{len(train.src_lens):,} training pairs; mean length src {train.src_lens.mean():.1f}, "
           f"tgt {train.tgt_lens.mean():.1f} wordpieces")  # fmt: skip
     for mt in args.max_tokens:

@@ -114,13 +114,12 @@ def run_prepare(work: Path, spm_sentences: int, vocab: int) -> dict:
 
 def bench_loader(folder: Path, mmap: bool, batches: int, max_tokens: int = 4096) -> dict:
     from ablate.data.batching import StepSampler
-    from ablate.data.binarize import load_npz_mmap
     from ablate.data.datamodule import StepStream
     from ablate.data.dataset import Encoded
 
     r0, _ = rss_mb()
     t0 = time.perf_counter()
-    data = Encoded(**load_npz_mmap(folder / "train.npz")) if mmap else Encoded.load(folder / "train.npz")
+    data = Encoded.load(folder / "train.npz", mmap=mmap)
     t_load = time.perf_counter() - t0
     t0 = time.perf_counter()
     sampler = StepSampler(data.src_lens + 1, data.tgt_lens + 1, max_tokens, 1, 1, 0, seed=1)

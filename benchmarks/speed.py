@@ -446,7 +446,7 @@ def markdown(rows: list[dict], peak: float) -> str:
         best_t = max((r["train_tok_s"] for r in peers), default=None)
         best_d = max((r["decode_sent_s"] for r in peers if r["decode_sent_s"]), default=None)
         for r in rs:
-            vt = f"{r['train_tok_s'] / best_t:.2f}x" if best_t and r in rs and r not in peers else ""
+            vt = f"{r['train_tok_s'] / best_t:.2f}x" if best_t and r not in peers else ""
             vd = (
                 f"{r['decode_sent_s'] / best_d:.2f}x"
                 if best_d and r["decode_sent_s"] and r not in peers

@@ -26,12 +26,12 @@ def length_order(src_lens: np.ndarray, tgt_lens: np.ndarray, ties: np.ndarray | 
 def token_batches(
     src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, order: np.ndarray | None = None
 ) -> list[np.ndarray]:
-    """Cut `order` (default: `length_order`) into micro-batches whose padded tensors fit the budget on both
-    sides: n * (max(src_len) + 1) <= max_tokens and n * (max(tgt_len) + 1) <= max_tokens (+1: the EOS of
-    the source and the BOS/EOS of the target, as collate builds them). Every index appears exactly once."""
+    """Cut `order` (default: `length_order`) into micro-batches with n * max(src_len) <= max_tokens and
+    n * max(tgt_len) <= max_tokens. Lengths are the padded tensors' widths: the training loader passes
+    wordpieces + 1 (the source's EOS, the target's BOS/EOS). Every index appears exactly once."""
     if order is None:
         order = length_order(src_lens, tgt_lens)
-    longest = int(max(src_lens.max(initial=0), tgt_lens.max(initial=0))) + 1
+    longest = int(max(src_lens.max(initial=0), tgt_lens.max(initial=0)))
     if longest > max_tokens:
         raise BatchingError(
             f"train.max_tokens={max_tokens} is smaller than the longest sentence "
@@ -39,7 +39,7 @@ def token_batches(
         )
     batches, start, ms, mt = [], 0, 0, 0
     for i, idx in enumerate(order):
-        s, t = int(src_lens[idx]) + 1, int(tgt_lens[idx]) + 1
+        s, t = int(src_lens[idx]), int(tgt_lens[idx])
         ms2, mt2 = max(ms, s), max(mt, t)
         if (i - start + 1) * max(ms2, mt2) > max_tokens:
             batches.append(order[start:i])

@@ -4,6 +4,7 @@ padded tensors a step trains on."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +26,13 @@ class Encoded:
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
 
-    @property
+    # Computed once: collate looks them up for every batch, and recomputing them over 4.5M offsets cost
+    # ~20 ms a batch at WMT size. The arrays are never reassigned.
+    @cached_property
     def src_lens(self) -> np.ndarray:
         return np.diff(self.src_offsets)
 
-    @property
+    @cached_property
     def tgt_lens(self) -> np.ndarray:
         return np.diff(self.tgt_offsets)
 
@@ -54,7 +57,14 @@ class Encoded:
 
     @classmethod
     def load(cls, path: Path, mmap: bool = False) -> Encoded:
-        z = np.load(path, mmap_mode="r" if mmap else None)
+        """mmap: memory-mapped (training: ranks on one machine share the page cache, nothing is read up
+        front); np.load's mmap_mode ignores .npz files, hence binarize.load_npz_mmap."""
+        if mmap:
+            from ablate.data.binarize import load_npz_mmap
+
+            z = load_npz_mmap(path)
+        else:
+            z = np.load(path)
         return cls(z["src_tokens"], z["src_offsets"], z["tgt_tokens"], z["tgt_offsets"])
 
     def select(self, keep: np.ndarray) -> Encoded:
