@@ -18,7 +18,8 @@ from ablate.model import KVCache, Transformer
 
 
 class Stepper(Protocol):
-    def start(self, src: Tensor, max_len: int) -> object: ...
+    # rows: `beams` decoder rows per source sentence, sentence b's at b * beams .. b * beams + beams - 1
+    def start(self, src: Tensor, max_len: int, beams: int = 1) -> object: ...
     def step(self, tokens: Tensor, state: object) -> Tensor: ...  # tokens (R,) -> logits (R, V)
     # same_source: each row's new parent decodes the same sentence (a beam step), so per-source state stays
     def reorder(self, state: object, index: Tensor, same_source: bool = False) -> object: ...
@@ -28,9 +29,9 @@ class CachedStepper:
     def __init__(self, model: Transformer):
         self.model = model
 
-    def start(self, src: Tensor, max_len: int) -> KVCache:
+    def start(self, src: Tensor, max_len: int, beams: int = 1) -> KVCache:
         memory, mask = self.model.encode(src)
-        return self.model.start_cache(memory, mask, max_len)
+        return self.model.start_cache(memory, mask, max_len, group=beams)
 
     def step(self, tokens: Tensor, state: KVCache) -> Tensor:
         return self.model.step(tokens, state)
@@ -53,9 +54,10 @@ class UncachedStepper:
     def __init__(self, model: Transformer):
         self.model = model
 
-    def start(self, src: Tensor, max_len: int) -> Prefix:
+    def start(self, src: Tensor, max_len: int, beams: int = 1) -> Prefix:
         memory, mask = self.model.encode(src)
-        return Prefix(memory, mask, src.new_zeros(src.shape[0], 0))
+        rows = torch.arange(src.shape[0], device=src.device).repeat_interleave(beams)
+        return Prefix(memory[rows], mask[rows], src.new_zeros(len(rows), 0))
 
     def step(self, tokens: Tensor, state: Prefix) -> Tensor:
         state.tokens = torch.cat([state.tokens, tokens[:, None]], dim=1)
@@ -132,8 +134,7 @@ def beam_search(
     device = src.device
     max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b).to(device)  # (B,)
     T = int(max_lens.max())
-    state = stepper.start(src, T)
-    state = stepper.reorder(state, torch.arange(B, device=device).repeat_interleave(K))
+    state = stepper.start(src, T, beams=K)  # B * K rows
     s = BeamState.initial(B, K, T, device)
     tokens = torch.full((B * K,), bos, dtype=torch.long, device=device)
     rows = torch.arange(B, device=device)[:, None] * K  # (B, 1) offset of each sentence's beams

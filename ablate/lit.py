@@ -84,7 +84,9 @@ class TranslationModule(pl.LightningModule):
         hidden = self.model(b.src, b.tgt_in)  # (B, T, d)
         real = b.tgt_out != PAD  # (B, T): the output projection and the loss only for real tokens
         logits = self.model.logits(hidden[real])  # (N, V), N = real target tokens
-        sums = label_smoothed_loss(logits, b.tgt_out[real], self.cfg.model.label_smoothing, PAD)
+        sums = label_smoothed_loss(
+            logits, b.tgt_out[real], self.cfg.model.label_smoothing, PAD, consume_logits=True
+        )
         world = self.trainer.world_size if self.trainer else 1
         loss = sums.smoothed * (world * self.accumulate / mb.step_tokens)
         if not torch.isfinite(loss):

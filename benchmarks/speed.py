@@ -145,7 +145,7 @@ class Ablate:
             hidden = self.fwd(src, tgt_in)  # (B, T, d)
             real = tgt_out != PAD
             logits = self.model.logits(hidden[real])  # (N, V): only the real tokens
-        sums = label_smoothed_loss(logits, tgt_out[real], 0.1, PAD)
+        sums = label_smoothed_loss(logits, tgt_out[real], 0.1, PAD, consume_logits=True)
         (sums.smoothed / sums.tokens).backward()
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -167,9 +167,9 @@ class ForcedLength:
     def __init__(self, inner, steps: int):
         self.inner, self.steps, self.t = inner, steps, 0
 
-    def start(self, src, max_len):
+    def start(self, src, max_len, beams=1):
         self.t = 0
-        return self.inner.start(src, max_len)
+        return self.inner.start(src, max_len, beams)
 
     def step(self, tokens, state):
         logits = self.inner.step(tokens, state)

@@ -15,8 +15,8 @@ class TableStepper:
     def __init__(self, table: dict[tuple, dict[int, float]], vocab: int = 8):
         self.table, self.vocab = table, vocab
 
-    def start(self, src, max_len):
-        return [() for _ in range(src.shape[0])]
+    def start(self, src, max_len, beams=1):
+        return [() for _ in range(src.shape[0] * beams)]
 
     def step(self, tokens, state):
         logits = torch.full((len(state), self.vocab), -1e9)
@@ -137,3 +137,26 @@ def test_batched_beam_equals_one_sentence_at_a_time():
     two = beam_search(CachedStepper(m), src[1:], lens[1:], BOS, EOS, beam=3, alpha=0.6, max_len_b=5)
     assert both.tokens == one.tokens + two.tokens
     assert torch.allclose(both.scores, torch.cat([one.scores, two.scores]), atol=1e-9)
+
+
+def test_grouped_cache_equals_a_copy_of_the_source_per_row():
+    # A beam search keeps one copy of each sentence's encoder keys/values for its K beams (group = K) and
+    # attends with the K beams as K queries; a cache with the source copied to every row is the reference.
+    m = model64(seed=2)
+    src = torch.tensor([[5, 6, 7, 8, 3, 0], [9, 10, 11, 12, 13, 3]])
+    memory, mask = m.encode(src)
+    rows = torch.arange(2).repeat_interleave(3)
+    grouped = m.start_cache(memory, mask, 8, group=3)
+    copied = m.start_cache(memory[rows], mask[rows], 8)
+    assert grouped.layers[0].cross_k.shape[0] == 2 and copied.layers[0].cross_k.shape[0] == 6
+    tokens = torch.tensor([BOS] * 6)
+    within = torch.tensor([2, 2, 0, 4, 3, 3])  # each row's new parent decodes the same sentence
+    across = torch.tensor([4, 0, 1, 5, 2, 2])  # rows move between sentences: the grouped cache ungroups
+    for t, (index, same) in enumerate([(within, True), (within, True), (across, False), (within, False)]):
+        a, b = m.step(tokens, grouped), m.step(tokens, copied)
+        assert torch.allclose(a, b, rtol=0, atol=1e-10), t
+        grouped.reorder(index, same_source=same)
+        copied.reorder(index, same_source=same)
+        tokens = a.argmax(-1)[index]
+    assert grouped.group == 1
+    assert torch.allclose(m.step(tokens, grouped), m.step(tokens, copied), rtol=0, atol=1e-10)

@@ -72,21 +72,23 @@ def test_lightning_module_applies_step_one_first():
     assert opt.param_groups[0]["lr"] == pytest.approx(inverse_sqrt_lr(4, 512, 4000))
 
 
+@pytest.mark.parametrize("consume", [False, True])
 @pytest.mark.parametrize("eps", [0.0, 0.1, 0.3])
-def test_fused_loss_gradient_matches_log_softmax_autograd(eps):
+def test_fused_loss_gradient_matches_log_softmax_autograd(eps, consume):
     # The closed-form backward (p - q) against autograd through an explicit log-softmax, in float64,
     # with gradients flowing into both the smoothed loss and the nll, pads included.
     torch.manual_seed(0)
     V = 11
-    z = torch.randn(3, 5, V, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 5, V, dtype=torch.float64, requires_grad=True)
+    z = w * 1.0  # a non-leaf, as the output projection's logits are (consume_logits overwrites them)
     target = torch.randint(1, V, (3, 5))
     target[0, 3:] = 0
     target[2, 1:] = 0
-    s = label_smoothed_loss(z, target, eps=eps, pad_id=0)
+    s = label_smoothed_loss(z, target, eps=eps, pad_id=0, consume_logits=consume)
     (0.7 * s.smoothed + 0.2 * s.nll).backward()
-    got = z.grad.clone()
+    got = w.grad.clone()
 
-    z2 = z.detach().clone().requires_grad_(True)
+    z2 = w.detach().clone().requires_grad_(True)
     lp = torch.log_softmax(z2, -1)
     q = torch.full_like(lp, eps / (V - 1))
     q.scatter_(-1, target[..., None], 1.0 - eps)

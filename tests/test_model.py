@@ -113,3 +113,22 @@ def test_pre_ln_is_an_option_with_final_norms():
 def test_odd_d_model_with_sinusoids_is_rejected():
     with pytest.raises(ValueError, match="even d_model"):
         TransformerConfig(vocab_size=10, d_model=15)
+
+
+def test_cpu_dropout_rate_and_scale():
+    # P(drop) = round(p * 2^16) / 2^16 and kept values scaled by 1 / (1 - p) (inverted dropout, 5.4); the
+    # mask comes from the torch RNG, so a seed reproduces it.
+    from ablate.model import Dropout
+
+    d = Dropout(0.1).train()
+    x = torch.ones(1_000_003)  # not a multiple of 4: the last 64-bit word is cut
+    torch.manual_seed(0)
+    y = d(x)
+    kept = y != 0
+    assert torch.allclose(y[kept], torch.full_like(y[kept], 1 / 0.9))
+    drop = 1 - kept.double().mean().item()
+    expected = round(0.1 * 2**16) / 2**16
+    assert abs(drop - expected) < 4 * (expected * (1 - expected) / x.numel()) ** 0.5  # 4 sigma
+    torch.manual_seed(0)
+    assert torch.equal(d(x), y)
+    assert torch.equal(d.eval()(x), x)
