@@ -4,7 +4,10 @@ For checkpoints every `--every` steps, decodes the test split (test_2016_flickr 
 run's own decoding settings (beam 4, alpha 0.6, input + 50), from the mean of the last `--average`
 checkpoints up to that step (the run's own recipe) and, with --single, from that checkpoint alone. The
 minute of a step comes from the run's curves.jsonl (wall clock since training started, dev-loss passes
-included, decoding for this curve not). Writes curve.jsonl, curve.md and curve.png into the run folder.
+included, decoding for this curve not); `--at-minutes 30 55` adds the last checkpoint saved within each
+of those minutes. `--fairseq-here` adds fairseq's curve measured on the same machine
+(benchmarks/fairseq_multi30k.py) to the table and the plot. Writes curve.jsonl, curve.md and curve.png into
+the run folder.
 
     python -m ablate.run data=multi30k scale=cpu_multi30k train.keep_checkpoints=100
     python benchmarks/multi30k_curve.py RESULTS/base/RUN --every 300 --average 5
@@ -46,6 +49,8 @@ def main(argv=None) -> int:
     ap.add_argument("--every", type=int, default=300)
     ap.add_argument("--average", type=int, default=5)
     ap.add_argument("--single", action="store_true", help="also score each checkpoint alone")
+    ap.add_argument("--at-minutes", type=float, nargs="*", default=[], help="last checkpoint by then")
+    ap.add_argument("--fairseq-here", type=Path, help="curve.jsonl of benchmarks/fairseq_multi30k.py")
     args = ap.parse_args(argv)
     run = Path(args.run_dir)
     minutes = step_minutes(run)
@@ -53,6 +58,11 @@ def main(argv=None) -> int:
     points = [s for s in steps if s % args.every == 0]
     if steps and steps[-1] not in points:
         points.append(steps[-1])
+    for mark in args.at_minutes:
+        within = [s for s in steps if minute_of(s, minutes) <= mark]
+        if within and within[-1] not in points:
+            points.append(within[-1])
+    points.sort()
     rows = []
     with open(run / "curve.jsonl", "a") as log:
         for step in points:
@@ -69,11 +79,18 @@ def main(argv=None) -> int:
                 print(json.dumps(row), flush=True)
                 log.write(json.dumps(row) + "\n")
                 rows.append(row)
-    write_table(run, rows)
+    here = fairseq_here(args.fairseq_here) if args.fairseq_here else []
+    write_table(run, rows, here)
     return 0
 
 
-def write_table(run: Path, rows: list[dict]) -> None:
+def fairseq_here(path: Path) -> list[tuple[float, float]]:
+    """(minutes of the last averaged checkpoint, test sacreBLEU) from fairseq_multi30k.py's output."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return sorted({(r["checkpoint_minutes"], r["sacrebleu"]) for r in rows if "sacrebleu" in r})
+
+
+def write_table(run: Path, rows: list[dict], here: list[tuple[float, float]]) -> None:
     lines = [
         "| step | minutes | checkpoints averaged | test sacreBLEU | tokenized BLEU |",
         "|---:|---:|---:|---:|---:|",
@@ -84,6 +101,12 @@ def write_table(run: Path, rows: list[dict]) -> None:
         )
     lines.append("")
     lines.append("fairseq 0.12.2 (issue 5): " + ", ".join(f"{b} at {m} min" for m, b in FAIRSEQ))
+    if here:
+        lines.append("")
+        lines.append(
+            "fairseq 0.12.2, same configuration, on this machine (benchmarks/fairseq_multi30k.py): "
+            + ", ".join(f"{b:.1f} at {m:.1f} min" for m, b in here)
+        )
     (run / "curve.md").write_text("\n".join(lines) + "\n")
     try:
         import matplotlib
@@ -98,6 +121,8 @@ def write_table(run: Path, rows: list[dict]) -> None:
         label = f"ablate, mean of last {avg} checkpoints" if avg > 1 else "ablate, single checkpoint"
         ax.plot([r["minutes"] for r in rs], [r["bleu"] for r in rs], "o-", label=label)
     ax.plot(*zip(*FAIRSEQ), "s--", color="grey", label="fairseq 0.12.2 (issue 5's figures, on its machine)")
+    if here:
+        ax.plot(*zip(*here), "^-", color="black", label="fairseq 0.12.2, same configuration, this machine")
     ax.axhline(38, color="tab:red", lw=0.5)
     ax.axhline(39.5, color="tab:red", lw=0.5)
     ax.set(
