@@ -160,20 +160,20 @@ class KVCache:
         encoder-decoder keys/values and the source mask are then equal across the rows being permuted and
         are left alone, and only the filled positions of the self-attention cache are copied, into the
         same buffers."""
-        n = self.length
-        if not same_source and self.group > 1:  # rows may move between sentences: one copy per row
-            self._ungroup()
-        for c in self.layers:
-            if same_source:
+        if same_source:
+            n = self.length
+            for c in self.layers:
                 c.self_k[:, :, :n] = c.self_k[:, :, :n].index_select(0, index)
                 c.self_v[:, :, :n] = c.self_v[:, :, :n].index_select(0, index)
-                continue
+            return
+        if self.group > 1:  # rows may move between sentences: one copy of the source per row first
+            self._ungroup()
+        for c in self.layers:
             c.self_k = c.self_k.index_select(0, index)
             c.self_v = c.self_v.index_select(0, index)
             c.cross_k = c.cross_k.index_select(0, index)
             c.cross_v = c.cross_v.index_select(0, index)
-        if not same_source:
-            self.src_mask = self.src_mask.index_select(0, index)
+        self.src_mask = self.src_mask.index_select(0, index)
 
     def _ungroup(self) -> None:
         g = self.group

@@ -50,9 +50,17 @@ class Curves(Callback):
 
     def __init__(self, path: Path, every: int = 10):
         self.path, self.every = path, every
+        self.resumed_s = 0.0  # training seconds before this process (restored from the checkpoint)
 
-    def on_train_start(self, trainer, module):  # wall clock of this process's training, for time curves
-        self.t0 = time.perf_counter()
+    # time_s: training wall clock across restarts (a resumed run's curve goes on from its checkpoint's time)
+    def on_train_start(self, trainer, module):
+        self.t0 = time.perf_counter() - self.resumed_s
+
+    def state_dict(self) -> dict:
+        return {"time_s": time.perf_counter() - self.t0 if hasattr(self, "t0") else self.resumed_s}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.resumed_s = float(state.get("time_s", 0.0))
 
     def _write(self, trainer, row: dict) -> None:
         if trainer.global_rank == 0:
