@@ -21,7 +21,7 @@ from ablate.config import RunConfig
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
 from ablate.decode import CachedStepper, beam_search, greedy_search
-from ablate.loss import label_smoothed_loss
+from ablate.loss import LogitsBuffer, label_smoothed_loss
 from ablate.model import Transformer, TransformerConfig
 from ablate.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
 
@@ -47,6 +47,7 @@ class TranslationModule(pl.LightningModule):
         super().__init__()
         self.cfg, self.total_steps, self.accumulate = cfg, total_steps, accumulate
         self.model = Transformer(model_cfg)
+        self.logits_buffer = LogitsBuffer()
         self.eval_bleu = False  # set by the caller / schedule: decode the dev set in this validation pass
         self.acc = EvalAccumulator()
         self.last_eval: dict = {}
@@ -83,7 +84,8 @@ class TranslationModule(pl.LightningModule):
         mb, b = batch
         hidden = self.model(b.src, b.tgt_in)  # (B, T, d)
         real = b.tgt_out != PAD  # (B, T): the output projection and the loss only for real tokens
-        logits = self.model.logits(hidden[real])  # (N, V), N = real target tokens
+        # model.logits (N, V), N = real target tokens, into memory kept between steps (LogitsBuffer)
+        logits = self.logits_buffer.project(hidden[real], self.model.embedding.weight)
         sums = label_smoothed_loss(
             logits, b.tgt_out[real], self.cfg.model.label_smoothing, PAD, consume_logits=True
         )
@@ -93,6 +95,7 @@ class TranslationModule(pl.LightningModule):
             step = self.global_step + 1
             if self.cfg.train.on_nonfinite == "skip":
                 self.print(f"step {step}: non-finite loss, micro-batch skipped (train.on_nonfinite=skip)")
+                self.logits_buffer.busy = False  # no backward will run through this step's graph
                 return None
             raise NonFiniteLoss(
                 f"non-finite training loss at step {step} (epoch {mb.epoch}, batch "

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ablate.decode import CachedStepper, UncachedStepper, beam_search  # noqa: E402
-from ablate.loss import label_smoothed_loss  # noqa: E402
+from ablate.loss import LogitsBuffer, label_smoothed_loss  # noqa: E402
 from ablate.model import Transformer, TransformerConfig, count_parameters  # noqa: E402
 from ablate.optim import make_adam  # noqa: E402
 
@@ -127,6 +127,7 @@ class Ablate:
             d_k=s.d // s.heads, d_v=s.d // s.heads, dropout=0.1, pad_id=PAD,
         )  # fmt: skip
         self.model = Transformer(cfg)
+        self.logits = LogitsBuffer()  # as lit.training_step: the logits' memory kept between steps
         self.opt = make_adam(self.model.parameters())
         for g in self.opt.param_groups:  # make_adam leaves lr to the schedule (1.0); peers get the same 1e-4
             g["lr"] = 1e-4
@@ -144,7 +145,7 @@ class Ablate:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.bf16):
             hidden = self.fwd(src, tgt_in)  # (B, T, d)
             real = tgt_out != PAD
-            logits = self.model.logits(hidden[real])  # (N, V): only the real tokens
+            logits = self.logits.project(hidden[real], self.model.embedding.weight)  # (N, V): real tokens
         sums = label_smoothed_loss(logits, tgt_out[real], 0.1, PAD, consume_logits=True)
         (sums.smoothed / sums.tokens).backward()
         self.opt.step()

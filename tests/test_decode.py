@@ -160,3 +160,28 @@ def test_grouped_cache_equals_a_copy_of_the_source_per_row():
         tokens = a.argmax(-1)[index]
     assert grouped.group == 1
     assert torch.allclose(m.step(tokens, grouped), m.step(tokens, copied), rtol=0, atol=1e-10)
+
+
+def test_best_continuations_equal_the_full_log_softmax_ranking():
+    # Independent path: the full (R, V) log-softmax, alive scores added, top-2K over each sentence's K * V.
+    from ablate.decode import best_continuations
+
+    g = torch.Generator().manual_seed(0)
+    B, K, V = 3, 4, 50
+    logits = torch.randn(B * K, V, generator=g, dtype=torch.float64) * 4
+    alive = torch.randn(B, K, generator=g, dtype=torch.float64)
+    full = torch.log_softmax(logits, -1)  # (B*K, V)
+    ref_logp, ref_idx = (alive[..., None] + full.view(B, K, V)).view(B, K * V).topk(2 * K, dim=1)
+    eos_only = torch.tensor([False] * K + [True] * K + [False] * K)
+    row_logp, row_tok = best_continuations(logits.clone(), 2 * K, EOS, eos_only)
+    ours, idx = (alive[..., None] + row_logp.view(B, K, -1)).view(B, -1).topk(2 * K, dim=1)
+    tok = row_tok.view(B, -1).gather(1, idx)
+    for b in (0, 2):  # free sentences: the same 2K candidates, same order, same scores
+        assert torch.allclose(ours[b], ref_logp[b], atol=1e-12)
+        assert torch.equal(tok[b], ref_idx[b] % V)
+        assert torch.equal(idx[b] // (2 * K), ref_idx[b] // V)  # the same parent beams
+    # sentence 1 is at its length cap: each beam's one candidate is EOS with its own log p(EOS)
+    finite = torch.isfinite(ours[1])
+    assert int(finite.sum()) == K and bool((tok[1][finite] == EOS).all())
+    expect = (alive[1] + full.view(B, K, V)[1, :, EOS]).sort(descending=True).values
+    assert torch.allclose(ours[1][finite], expect, atol=1e-12)

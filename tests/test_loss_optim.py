@@ -100,3 +100,40 @@ def test_fused_loss_gradient_matches_log_softmax_autograd(eps, consume):
     assert s.nll.item() == pytest.approx(nll.item(), rel=1e-12)
     torch.testing.assert_close(got, z2.grad, rtol=1e-12, atol=1e-12)
     assert got[0, 3:].abs().max().item() == 0.0  # pads get no gradient
+
+
+def test_logits_buffer_gives_the_plain_projection_and_gradients():
+    # LogitsBuffer.project against F.linear, float64, through the consuming loss; the second step is
+    # larger (the storage grows), the third smaller (a prefix of it).
+    from ablate.loss import LogitsBuffer
+
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(11, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    buf = LogitsBuffer()
+    for n in (5, 9, 3):
+        h = torch.randn(n, 6, generator=g, dtype=torch.float64, requires_grad=True)
+        t = torch.randint(0, 11, (n,), generator=g)
+        grads = []
+        for project in (buf.project, torch.nn.functional.linear):
+            w.grad = h.grad = None
+            label_smoothed_loss(project(h, w), t, 0.1, -1, consume_logits=True).smoothed.backward()
+            grads.append((h.grad.clone(), w.grad.clone()))
+        assert not buf.busy
+        assert torch.allclose(grads[0][0], grads[1][0], atol=1e-12)
+        assert torch.allclose(grads[0][1], grads[1][1], atol=1e-12)
+    assert buf.storage.nbytes() == 9 * 11 * 8
+
+
+def test_logits_buffer_is_not_handed_out_twice_before_backward():
+    from ablate.loss import LogitsBuffer
+
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    h1, h2 = (torch.randn(3, 4, generator=g, dtype=torch.float64) for _ in range(2))
+    buf = LogitsBuffer()
+    z1 = buf.project(h1, w)
+    z2 = buf.project(h2, w)  # before z1's backward: must not overwrite z1
+    assert torch.equal(z1, h1 @ w.t()) and torch.equal(z2, h2 @ w.t())
+    assert z1.untyped_storage().data_ptr() != z2.untyped_storage().data_ptr()
+    with torch.no_grad():  # evaluation: plain tensors, the buffer untouched
+        assert buf.project(h2, w).untyped_storage().data_ptr() != buf.storage.data_ptr()

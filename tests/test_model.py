@@ -132,3 +132,33 @@ def test_cpu_dropout_rate_and_scale():
     torch.manual_seed(0)
     assert torch.equal(d(x), y)
     assert torch.equal(d.eval()(x), x)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_cpu_attention_equals_sdpa(causal):
+    # The written-out equation 1 used on CPU against torch's SDPA (its math kernel in float64), values
+    # and gradients, with a padding mask that hides the last keys of some rows.
+    from ablate.model import scaled_dot_product
+
+    g = torch.Generator().manual_seed(0)
+    B, h, L, d = 3, 2, 5, 4
+    q, k, v = (torch.randn(B, h, L, d, generator=g, dtype=torch.float64, requires_grad=True) for _ in "qkv")
+    mask = torch.ones(B, 1, 1, L, dtype=torch.bool)
+    mask[1, ..., 3:] = False
+    mask[2, ..., 1:] = False
+    go = torch.randn(B, h, L, d, generator=g, dtype=torch.float64)
+    ours = scaled_dot_product(q, k, v, mask, causal, torch.nn.Identity())
+    (ours * go).sum().backward()
+    grads = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=False)
+    if causal:  # SDPA takes one of the two: build the combined mask by hand
+        both = mask & torch.ones(L, L, dtype=torch.bool).tril()
+        ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=both)
+    (ref * go).sum().backward()
+    assert torch.allclose(ours, ref, atol=1e-12)
+    for a, t in zip(grads, (q, k, v)):
+        assert torch.allclose(a, t.grad, atol=1e-12)
+    # row 2 sees only key 0: its output is exactly v[..., 0, :]
+    assert torch.allclose(ours[2], v[2, :, :1].expand(h, L, d), atol=1e-12)
