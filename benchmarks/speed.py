@@ -437,7 +437,7 @@ def markdown(rows: list[dict], peak: float) -> str:
         f"fp32 matmul peak {peak:.0f} GFLOP/s (measured in the same run); medians of {rows[0]['reps']} "
         "interleaved repetitions.",
         "",
-        "| shape | implementation | params | train tok/s | vs best peer | MFU | peak RSS MiB | "
+        "| shape | implementation | params | train tok/s | vs best peer | MFU | RSS growth MiB | "
         "beam-4 sent/s | vs best peer |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -458,6 +458,12 @@ def markdown(rows: list[dict], peak: float) -> str:
                 f"| {shape} | {r['impl']} | {r['params']:,} | {r['train_tok_s']:,.0f} | {vt} | "
                 f"{100 * r['mfu']:.0f}% | {r['train_peak_rss_mib']:.0f} | {dec} | {vd} |"
             )
+    out += [
+        "",
+        "RSS growth: the peak of resident memory while the timed training steps run, above its level when "
+        "they start: memory a step maps anew. Memory kept from one step to the next (ablate's logits "
+        "buffer, allocator caches) is not counted again, so this is not a footprint.",
+    ]
     return "\n".join(out) + "\n"
 
 

@@ -42,3 +42,19 @@ def test_cpu_table3_keeps_what_rows_vary():
     assert (c1.n_layers, c3.n_layers) == (1, 4)  # N 2 and 8 -> 1 and 4: the ratio kept
     big = cfg("scale=cpu_table3", "model=big")
     assert total_steps(big) == 3 * total_steps(cfg("scale=cpu_table3"))
+
+
+def test_multi30k_race_presets():
+    from ablate.config import effective_model
+
+    hour = cfg("data=multi30k", "scale=cpu_multi30k")
+    m = effective_model(hour, 8000)
+    assert (m.d_model, m.d_ff, m.n_layers, m.n_heads, m.d_k, m.d_v) == (256, 1024, 3, 4, 64, 64)
+    assert (m.dropout, total_steps(hour), hour.train.lr_schedule) == (0.2, 4000, "inverse_sqrt")
+    half = cfg("data=multi30k", "scale=cpu_multi30k_30min")
+    m30 = effective_model(half, 8000)
+    # the same model and batches; only dropout, length and the (named, non-paper) schedule differ
+    assert (m30.d_model, m30.d_ff, m30.n_layers, m30.n_heads, m30.d_k) == (256, 1024, 3, 4, 64)
+    assert (m30.dropout, total_steps(half), half.train.lr_schedule) == (0.1, 1800, "cosine")
+    assert (half.train.lr_peak, half.train.warmup_steps, half.train.batch_tokens) == (1.5e-3, 400, 2048)
+    assert half.train.average_last == 5
