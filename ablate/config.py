@@ -95,6 +95,10 @@ class TrainConfig:
     grad_clip: float = 0.0  # the paper states none
     max_steps: int | None = None  # overrides row.train_steps * scale.steps
     max_minutes: float | None = None  # stop after this much training time (checkpoint, record, evaluate)
+    # cosine only: a time budget. The decay reaches 0 when this much training time (dev passes included)
+    # is spent, or at the last step if that comes first, and training stops there. The step it ends at
+    # depends on the machine's speed: such a run is not bit-reproducible on another machine.
+    budget_minutes: float | None = None
     val_every: int = 1000  # optimizer steps between dev evaluations
     bleu_every: int = 0  # decode the dev set every N evaluations during training (0: only at the end)
     checkpoint_every: int = 1000  # optimizer steps between checkpoints
@@ -270,6 +274,14 @@ def validate(cfg: RunConfig) -> None:
     for key in ("max_tokens", "batch_tokens", "warmup_steps", "val_every", "checkpoint_every"):
         if getattr(t, key) < 1:
             raise ConfigError(f"train.{key}={getattr(t, key)} must be positive")
+    if t.budget_minutes is not None:
+        if t.lr_schedule != "cosine":
+            raise ConfigError(
+                f"train.budget_minutes={t.budget_minutes} needs train.lr_schedule=cosine (the decay it ends "
+                "at the deadline); the paper's inverse-sqrt schedule has no end: use train.max_minutes"
+            )
+        if t.budget_minutes <= 0:
+            raise ConfigError(f"train.budget_minutes={t.budget_minutes} must be positive")
     if cfg.data.vocab_size < 8:
         raise ConfigError(f"data.vocab_size={cfg.data.vocab_size} is too small")
     if cfg.decode.beam < 1:

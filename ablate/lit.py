@@ -58,13 +58,16 @@ class TranslationModule(pl.LightningModule):
         self.tokenizer = None  # sentencepiece processor, set by train()
         self.references: list[str] = []
         self.n_evals = 0
+        self.time_progress = 0.0  # train.budget_minutes: post-warmup share of the time budget spent (Budget)
 
     # -- optimization --------------------------------------------------------------------------------------
 
     def lr_at(self, step: int) -> float:
         t, d = self.cfg.train, self.model.cfg.d_model
         if t.lr_schedule == "cosine":
-            return linear_warmup_cosine_lr(step, t.lr_peak, t.warmup_steps, self.total_steps)
+            return linear_warmup_cosine_lr(
+                step, t.lr_peak, t.warmup_steps, self.total_steps, self.time_progress
+            )
         return inverse_sqrt_lr(step, d, t.warmup_steps, t.lr_scale)
 
     def configure_optimizers(self):

@@ -14,14 +14,20 @@ def inverse_sqrt_lr(step: int, d_model: int, warmup: int, scale: float = 1.0) ->
     return scale * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
 
 
-def linear_warmup_cosine_lr(step: int, peak: float, warmup: int, total: int) -> float:
-    """An option, not the paper's: linear warmup to `peak`, cosine decay to 0 at `total`."""
+def linear_warmup_cosine_lr(
+    step: int, peak: float, warmup: int, total: int, time_progress: float = 0.0
+) -> float:
+    """An option, not the paper's: linear warmup to `peak`, cosine decay to 0 at `total`.
+
+    `time_progress` (0..1, train.budget_minutes) is the fraction of the post-warmup time budget already
+    spent; the decay follows whichever of steps and time is further along, so the rate reaches 0 at the
+    deadline when the deadline comes before step `total`."""
     import math
 
     step = max(step, 1)
     if step <= warmup:
         return peak * step / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, max((step - warmup) / max(1, total - warmup), time_progress))
     return peak * 0.5 * (1 + math.cos(math.pi * progress))
 
 

@@ -187,6 +187,53 @@ class ParsingScore(Callback):
             )
 
 
+class Budget(Callback):
+    """train.budget_minutes: the cosine decay follows the clock, ends at the deadline; training stops there.
+
+    The clock is training wall time across restarts (dev passes included: the minutes the Multi30k curve
+    counts). Under DDP every rank takes the slowest rank's clock, so that all apply the same rate and stop
+    at the same step. The stop step gets its own checkpoint (the last ones are averaged at the end)."""
+
+    def __init__(self, minutes: float, ckpt_dir: Path):
+        self.seconds, self.ckpt_dir = minutes * 60, ckpt_dir
+        self.resumed_s, self.warm_end_s = 0.0, None  # restored from the checkpoint
+
+    def on_train_start(self, trainer, module):
+        self.t0 = time.perf_counter() - self.resumed_s
+        if self.warm_end_s is not None:  # resumed: the first step's rate goes on from where the clock was
+            module.time_progress = self._progress(self.resumed_s)
+
+    def state_dict(self) -> dict:
+        elapsed = time.perf_counter() - self.t0 if hasattr(self, "t0") else self.resumed_s
+        return {"time_s": elapsed, "warm_end_s": self.warm_end_s}
+
+    def _progress(self, elapsed: float) -> float:
+        left = max(self.seconds - self.warm_end_s, 1e-9)  # the post-warmup part of the budget
+        return min(1.0, (elapsed - self.warm_end_s) / left)
+
+    def load_state_dict(self, state: dict) -> None:
+        self.resumed_s, self.warm_end_s = float(state.get("time_s", 0.0)), state.get("warm_end_s")
+
+    def _elapsed(self, trainer, module) -> float:
+        local = torch.tensor(time.perf_counter() - self.t0, dtype=torch.float64, device=module.device)
+        return float(trainer.strategy.reduce(local, reduce_op="max"))
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if batch[0].micro != module.accumulate - 1:  # once per optimizer step (one collective under DDP)
+            return
+        elapsed = self._elapsed(trainer, module)
+        if self.warm_end_s is None and trainer.global_step >= module.cfg.train.warmup_steps:
+            self.warm_end_s = elapsed
+        if self.warm_end_s is not None:  # read by the scheduler when it sets the next step's rate
+            module.time_progress = self._progress(elapsed)
+        if elapsed < self.seconds:
+            return
+        step = trainer.global_step
+        if step % module.cfg.train.checkpoint_every:  # else ModelCheckpoint (run after us) writes this step
+            trainer.save_checkpoint(self.ckpt_dir / f"step{step:07d}.ckpt")
+        trainer.should_stop = True
+
+
 class TimeLimit(Callback):
     def __init__(self, minutes: float | None):
         self.seconds = None if minutes is None else minutes * 60
@@ -476,6 +523,8 @@ def _trainer(
         BleuSchedule(cfg.train.bleu_every),
         TimeLimit(cfg.train.max_minutes),
     ]
+    if cfg.train.budget_minutes is not None:
+        callbacks.append(Budget(cfg.train.budget_minutes, ckpt_dir))
     if os.environ.get("ABLATE_FAULT_NAN_AT_STEP"):
         callbacks.append(FaultInjection())
     if t.progress_bar:

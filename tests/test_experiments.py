@@ -52,9 +52,11 @@ def test_multi30k_race_presets():
     assert (m.d_model, m.d_ff, m.n_layers, m.n_heads, m.d_k, m.d_v) == (256, 1024, 3, 4, 64, 64)
     assert (m.dropout, total_steps(hour), hour.train.lr_schedule) == (0.2, 4000, "inverse_sqrt")
     half = cfg("data=multi30k", "scale=cpu_multi30k_30min")
-    m30 = effective_model(half, 8000)
-    # the same model and batches; only dropout, length and the (named, non-paper) schedule differ
+    m30 = effective_model(half, 6000)
+    # the same model; dropout, batches, vocabulary and the (named, non-paper) time-budgeted schedule differ
     assert (m30.d_model, m30.d_ff, m30.n_layers, m30.n_heads, m30.d_k) == (256, 1024, 3, 4, 64)
-    assert (m30.dropout, total_steps(half), half.train.lr_schedule) == (0.1, 1800, "cosine")
-    assert (half.train.lr_peak, half.train.warmup_steps, half.train.batch_tokens) == (1.5e-3, 400, 2048)
+    assert (m30.dropout, half.data.vocab_size, half.train.lr_schedule) == (0.1, 6000, "cosine")
+    assert (half.train.budget_minutes, total_steps(half)) == (29.5, 8000)  # the step cap
+    assert (half.train.lr_peak, half.train.warmup_steps, half.train.batch_tokens) == (1.5e-3, 400, 1024)
+    assert (half.train.max_tokens, half.train.checkpoint_every) == (1024, 200)
     assert half.train.average_last == 5

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from ablate.loss import label_smoothed_loss
-from ablate.optim import inverse_sqrt_lr
+from ablate.optim import inverse_sqrt_lr, linear_warmup_cosine_lr
 
 
 def test_label_smoothed_loss_by_hand():
@@ -48,6 +48,61 @@ def test_schedule_at_known_steps():
     assert inverse_sqrt_lr(100_000, 512, 4000) == pytest.approx(1.398e-4, rel=1e-3)
     assert inverse_sqrt_lr(4000, 1024, 4000) == pytest.approx(4.94e-4, rel=1e-3)  # big
     assert inverse_sqrt_lr(16000, 512, 4000) == pytest.approx(inverse_sqrt_lr(4000, 512, 4000) / 2, rel=1e-9)
+
+
+def test_cosine_follows_steps_or_the_time_budget_whichever_is_further():
+    # warmup 10, total 110: step 60 is half-way through the decay -> peak / 2
+    assert linear_warmup_cosine_lr(5, 1.0, 10, 110) == pytest.approx(0.5)
+    assert linear_warmup_cosine_lr(60, 1.0, 10, 110) == pytest.approx(0.5)
+    assert linear_warmup_cosine_lr(60, 1.0, 10, 110, time_progress=0.2) == pytest.approx(0.5)
+    # the clock is further along: 3/4 of the budget spent -> 0.5 * (1 + cos(3 pi / 4))
+    assert linear_warmup_cosine_lr(60, 1.0, 10, 110, time_progress=0.75) == pytest.approx(0.5 * (1 - 2**-0.5))
+    assert linear_warmup_cosine_lr(20, 2.0, 10, 110, time_progress=1.0) == 0.0
+    assert linear_warmup_cosine_lr(5, 1.0, 10, 110, time_progress=0.9) == pytest.approx(0.5)  # warmup first
+
+
+def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_path):
+    from types import SimpleNamespace
+
+    import ablate.train as tr
+
+    now = [0.0]
+    saved = []
+    trainer = SimpleNamespace(
+        global_step=0,
+        should_stop=False,
+        strategy=SimpleNamespace(reduce=lambda t, reduce_op: t),
+        save_checkpoint=lambda p: saved.append(p.name),
+    )
+    module = SimpleNamespace(
+        device=torch.device("cpu"),
+        accumulate=1,
+        time_progress=0.0,
+        cfg=SimpleNamespace(train=SimpleNamespace(warmup_steps=2, checkpoint_every=100)),
+    )
+    batch = (SimpleNamespace(micro=0), None)
+    b = tr.Budget(minutes=1.0, ckpt_dir=tmp_path)  # 60 s
+    clock = tr.time.perf_counter
+    tr.time.perf_counter = lambda: now[0]
+    try:
+        b.on_train_start(trainer, module)
+        for step, t in enumerate([5.0, 10.0, 35.0, 59.0, 61.0], start=1):  # step ends at these seconds
+            trainer.global_step, now[0] = step, t
+            b.on_train_batch_end(trainer, module, None, batch, 0)
+            if step == 3:  # warmup ended at step 2, 10 s: 25 of the 50 s left are spent
+                assert b.warm_end_s == 10.0 and module.time_progress == pytest.approx(0.5)
+            assert trainer.should_stop == (t >= 60.0)
+        assert module.time_progress == 1.0 and saved == ["step0000005.ckpt"]
+        assert b.state_dict() == {"time_s": 61.0, "warm_end_s": 10.0}
+        # a resumed run (checkpoint at 35 s) starts from the clock's progress, not from the step's
+        again = tr.Budget(minutes=1.0, ckpt_dir=tmp_path)
+        again.load_state_dict({"time_s": 35.0, "warm_end_s": 10.0})
+        module.time_progress = 0.0
+        now[0] = 100.0
+        again.on_train_start(trainer, module)
+        assert module.time_progress == pytest.approx(0.5) and again.state_dict()["time_s"] == 35.0
+    finally:
+        tr.time.perf_counter = clock
 
 
 def test_lightning_module_applies_step_one_first():

@@ -81,3 +81,29 @@ def test_config_help_and_cfg_job():
         [sys.executable, "-m", "ablate.run", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert h.returncode == 0 and "model: " in h.stdout and "A1" in h.stdout
+
+
+def test_time_budget_ends_the_decay_and_the_run_at_the_deadline(tmp_path):
+    # 3 seconds of training where the step cap (100,000) is far: the clock decides the schedule and the stop
+    p = run(
+        tmp_path,
+        "train.lr_schedule=cosine",
+        "train.lr_peak=1e-3",
+        "train.warmup_steps=5",
+        "train.budget_minutes=0.05",
+        "train.max_steps=100000",
+        "train.checkpoint_every=100000",
+        "train.val_every=100000",  # no dev pass inside the last step: the clock moves by one step at most
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    (rec_path,) = (tmp_path / "results").rglob("record.json")
+    rec = json.loads(rec_path.read_text())
+    steps = rec["steps"]
+    assert rec["status"] == "finished" and 5 < steps < 100_000
+    ckpt = torch.load(rec_path.parent / "checkpoints" / f"step{steps:07d}.ckpt", weights_only=False)
+    assert ckpt["global_step"] == steps
+    # the rate set for the step after the stop: the decay is at (or a step short of) its end
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] < 1e-3 * 0.01
+    rows = [json.loads(r) for r in (rec_path.parent / "curves.jsonl").read_text().splitlines()]
+    lrs = [r["lr"] for r in rows if "lr" in r and r["step"] > 5]
+    assert lrs == sorted(lrs, reverse=True)  # decays with the clock, never back up
