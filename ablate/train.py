@@ -46,22 +46,31 @@ class StepProgress(TQDMProgressBar):
         self.train_progress_bar.initial = trainer.global_step * trainer.lightning_module.accumulate
 
 
-class Curves(Callback):
-    """Appends train and dev figures to curves.jsonl (rank 0), read by the report."""
+class TrainClock(Callback):
+    """Training wall clock across restarts: a resumed run's clock goes on from its checkpoint's time."""
 
-    def __init__(self, path: Path, every: int = 10):
-        self.path, self.every = path, every
+    def __init__(self):
         self.resumed_s = 0.0  # training seconds before this process (restored from the checkpoint)
 
-    # time_s: training wall clock across restarts (a resumed run's curve goes on from its checkpoint's time)
     def on_train_start(self, trainer, module):
         self.t0 = time.perf_counter() - self.resumed_s
 
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0 if hasattr(self, "t0") else self.resumed_s
+
     def state_dict(self) -> dict:
-        return {"time_s": time.perf_counter() - self.t0 if hasattr(self, "t0") else self.resumed_s}
+        return {"time_s": self.elapsed()}
 
     def load_state_dict(self, state: dict) -> None:
         self.resumed_s = float(state.get("time_s", 0.0))
+
+
+class Curves(TrainClock):
+    """Appends train and dev figures to curves.jsonl (rank 0), read by the report."""
+
+    def __init__(self, path: Path, every: int = 10):
+        super().__init__()
+        self.path, self.every = path, every
 
     def _write(self, trainer, row: dict) -> None:
         if trainer.global_rank == 0:
@@ -73,7 +82,7 @@ class Curves(Callback):
         step = trainer.global_step
         if mb.micro == module.accumulate - 1 and step % self.every == 0:
             m = trainer.callback_metrics
-            row = {"step": step, "lr": module.lr_at(step), "time_s": round(time.perf_counter() - self.t0, 2)}
+            row = {"step": step, "lr": module.lr_at(step), "time_s": round(self.elapsed(), 2)}
             if "train/loss" in m:
                 row["train_loss"] = float(m["train/loss"])
             self._write(trainer, row)
@@ -187,7 +196,7 @@ class ParsingScore(Callback):
             )
 
 
-class Budget(Callback):
+class Budget(TrainClock):
     """train.budget_minutes: the cosine decay follows the clock, ends at the deadline; training stops there.
 
     The clock is training wall time across restarts (dev passes included: the minutes the Multi30k curve
@@ -195,27 +204,28 @@ class Budget(Callback):
     at the same step. The stop step gets its own checkpoint (the last ones are averaged at the end)."""
 
     def __init__(self, minutes: float, ckpt_dir: Path):
-        self.seconds, self.ckpt_dir = minutes * 60, ckpt_dir
-        self.resumed_s, self.warm_end_s = 0.0, None  # restored from the checkpoint
+        super().__init__()
+        self.budget_s, self.ckpt_dir = minutes * 60, ckpt_dir
+        self.warm_end_s = None  # clock time at the end of warmup (restored from the checkpoint)
 
     def on_train_start(self, trainer, module):
-        self.t0 = time.perf_counter() - self.resumed_s
+        super().on_train_start(trainer, module)
         if self.warm_end_s is not None:  # resumed: the first step's rate goes on from where the clock was
             module.time_progress = self._progress(self.resumed_s)
 
     def state_dict(self) -> dict:
-        elapsed = time.perf_counter() - self.t0 if hasattr(self, "t0") else self.resumed_s
-        return {"time_s": elapsed, "warm_end_s": self.warm_end_s}
-
-    def _progress(self, elapsed: float) -> float:
-        left = max(self.seconds - self.warm_end_s, 1e-9)  # the post-warmup part of the budget
-        return min(1.0, (elapsed - self.warm_end_s) / left)
+        return {**super().state_dict(), "warm_end_s": self.warm_end_s}
 
     def load_state_dict(self, state: dict) -> None:
-        self.resumed_s, self.warm_end_s = float(state.get("time_s", 0.0)), state.get("warm_end_s")
+        super().load_state_dict(state)
+        self.warm_end_s = state.get("warm_end_s")
+
+    def _progress(self, elapsed: float) -> float:
+        left = max(self.budget_s - self.warm_end_s, 1e-9)  # the post-warmup part of the budget
+        return min(1.0, (elapsed - self.warm_end_s) / left)
 
     def _elapsed(self, trainer, module) -> float:
-        local = torch.tensor(time.perf_counter() - self.t0, dtype=torch.float64, device=module.device)
+        local = torch.tensor(self.elapsed(), dtype=torch.float64, device=module.device)
         return float(trainer.strategy.reduce(local, reduce_op="max"))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -226,7 +236,7 @@ class Budget(Callback):
             self.warm_end_s = elapsed
         if self.warm_end_s is not None:  # read by the scheduler when it sets the next step's rate
             module.time_progress = self._progress(elapsed)
-        if elapsed < self.seconds:
+        if elapsed < self.budget_s:
             return
         step = trainer.global_step
         if step % module.cfg.train.checkpoint_every:  # else ModelCheckpoint (run after us) writes this step
