@@ -61,7 +61,7 @@ def test_cosine_follows_steps_or_the_time_budget_whichever_is_further():
     assert linear_warmup_cosine_lr(5, 1.0, 10, 110, time_progress=0.9) == pytest.approx(0.5)  # warmup first
 
 
-def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_path):
+def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
     import ablate.train as tr
@@ -82,27 +82,23 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
     )
     batch = (SimpleNamespace(micro=0), None)
     b = tr.Budget(minutes=1.0, ckpt_dir=tmp_path)  # 60 s
-    clock = tr.time.perf_counter
-    tr.time.perf_counter = lambda: now[0]
-    try:
-        b.on_train_start(trainer, module)
-        for step, t in enumerate([5.0, 10.0, 35.0, 59.0, 61.0], start=1):  # step ends at these seconds
-            trainer.global_step, now[0] = step, t
-            b.on_train_batch_end(trainer, module, None, batch, 0)
-            if step == 3:  # warmup ended at step 2, 10 s: 25 of the 50 s left are spent
-                assert b.warm_end_s == 10.0 and module.time_progress == pytest.approx(0.5)
-            assert trainer.should_stop == (t >= 60.0)
-        assert module.time_progress == 1.0 and saved == ["step0000005.ckpt"]
-        assert b.state_dict() == {"time_s": 61.0, "warm_end_s": 10.0}
-        # a resumed run (checkpoint at 35 s) starts from the clock's progress, not from the step's
-        again = tr.Budget(minutes=1.0, ckpt_dir=tmp_path)
-        again.load_state_dict({"time_s": 35.0, "warm_end_s": 10.0})
-        module.time_progress = 0.0
-        now[0] = 100.0
-        again.on_train_start(trainer, module)
-        assert module.time_progress == pytest.approx(0.5) and again.state_dict()["time_s"] == 35.0
-    finally:
-        tr.time.perf_counter = clock
+    monkeypatch.setattr(tr.time, "perf_counter", lambda: now[0])
+    b.on_train_start(trainer, module)
+    for step, t in enumerate([5.0, 10.0, 35.0, 59.0, 61.0], start=1):  # step ends at these seconds
+        trainer.global_step, now[0] = step, t
+        b.on_train_batch_end(trainer, module, None, batch, 0)
+        if step == 3:  # warmup ended at step 2, 10 s: 25 of the 50 s left are spent
+            assert b.warm_end_s == 10.0 and module.time_progress == pytest.approx(0.5)
+        assert trainer.should_stop == (t >= 60.0)
+    assert module.time_progress == 1.0 and saved == ["step0000005.ckpt"]
+    assert b.state_dict() == {"time_s": 61.0, "warm_end_s": 10.0}
+    # a resumed run (checkpoint at 35 s) starts from the clock's progress, not from the step's
+    again = tr.Budget(minutes=1.0, ckpt_dir=tmp_path)
+    again.load_state_dict({"time_s": 35.0, "warm_end_s": 10.0})
+    module.time_progress = 0.0
+    now[0] = 100.0
+    again.on_train_start(trainer, module)
+    assert module.time_progress == pytest.approx(0.5) and again.state_dict()["time_s"] == 35.0
 
 
 def test_lightning_module_applies_step_one_first():
