@@ -27,6 +27,7 @@ class ModelConfig:
     name: str = "base"  # row id: base, A1..A4, B1, B2, C1..C7, D1..D4, E, big, or a user's own
     group: str = "base"  # Table 3 group: base, A, B, C, D, E, big, or a user's label
     n_layers: int = 6  # N
+    decoder_layers: int | None = None  # the decoder's N where it differs (an option, not a Table 3 row)
     d_model: int = 512
     d_ff: int = 2048
     n_heads: int = 8  # h
@@ -190,6 +191,7 @@ def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
     return TransformerConfig(
         vocab_size=vocab_size,
         n_layers=_scaled(m.n_layers, s.depth),
+        n_dec_layers=None if m.decoder_layers is None else _scaled(m.decoder_layers, s.depth),
         d_model=d_model,
         d_ff=_scaled(m.d_ff, s.width),
         n_heads=m.n_heads,
@@ -254,6 +256,8 @@ def validate(cfg: RunConfig) -> None:
     for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "train_steps"):
         if getattr(m, key) < 1:
             raise ConfigError(f"model.{key}={getattr(m, key)} must be a positive integer")
+    if m.decoder_layers is not None and m.decoder_layers < 1:
+        raise ConfigError(f"model.decoder_layers={m.decoder_layers} must be a positive integer (or null: N)")
     for key in ("dropout", "attn_dropout", "relu_dropout"):
         if not 0.0 <= getattr(m, key) < 1.0:
             raise ConfigError(f"model.{key}={getattr(m, key)} must be in [0, 1)")

@@ -19,6 +19,9 @@ from torch import Tensor, nn
 class TransformerConfig:
     vocab_size: int
     n_layers: int = 6  # N
+    # Decoder depth when it differs from the encoder's (an option; every row of the paper uses N for both
+    # stacks). None: N.
+    n_dec_layers: int | None = None
     d_model: int = 512
     d_ff: int = 2048
     n_heads: int = 8  # h
@@ -40,6 +43,8 @@ class TransformerConfig:
             raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
         if self.positional == "sinusoidal" and self.d_model % 2:
             raise ValueError(f"sinusoidal positions need an even d_model, got {self.d_model}")
+        if self.n_dec_layers is None:
+            self.n_dec_layers = self.n_layers
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -343,7 +348,7 @@ class Transformer(nn.Module):
         self.src_embed = Embed(cfg, self.embedding)
         self.tgt_embed = Embed(cfg, self.embedding)
         self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
         # Pre-LN stacks need a final norm; the paper's post-LN stack has none (section 3.1).
         pre = cfg.norm == "pre"
         self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if pre else nn.Identity()

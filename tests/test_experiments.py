@@ -53,8 +53,16 @@ def test_multi30k_race_presets():
     assert (m.dropout, total_steps(hour), hour.train.lr_schedule) == (0.2, 4000, "inverse_sqrt")
     half = cfg("data=multi30k", "scale=cpu_multi30k_30min")
     m30 = effective_model(half, 6000)
-    # the same model; dropout, batches, vocabulary and the (named, non-paper) time-budgeted schedule differ
-    assert (m30.d_model, m30.d_ff, m30.n_layers, m30.n_heads, m30.d_k) == (256, 1024, 3, 4, 64)
+    # a smaller model (N 2, d_ff 512); dropout, batches, vocabulary and the (named, non-paper)
+    # time-budgeted schedule differ
+    assert (m30.d_model, m30.d_ff, m30.n_layers, m30.n_dec_layers, m30.n_heads, m30.d_k) == (
+        256,
+        512,
+        2,
+        2,
+        4,
+        64,
+    )
     assert (m30.dropout, half.data.vocab_size, half.train.lr_schedule) == (0.1, 6000, "cosine")
     assert (half.train.budget_minutes, total_steps(half)) == (29.5, 8000)  # the step cap
     assert (half.train.lr_peak, half.train.warmup_steps, half.train.batch_tokens) == (1.5e-3, 400, 1024)

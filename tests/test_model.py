@@ -1,9 +1,10 @@
 import math
+from dataclasses import replace
 
 import pytest
 import torch
 
-from ablate.config import ModelConfig, paper_model
+from ablate.config import ModelConfig, RunConfig, ScaleConfig, effective_model, paper_model
 from ablate.model import Transformer, TransformerConfig, count_parameters, sinusoid_table
 
 
@@ -87,6 +88,20 @@ def test_parameter_count_matches_closed_form(row):
     with torch.device("meta"):
         n = count_parameters(Transformer(paper_model(cfg, 37000)))
     assert n == closed_form(cfg.n_layers, cfg.d_model, cfg.d_ff, cfg.n_heads, cfg.d_k, cfg.d_v, 37000)
+
+
+def test_shallower_decoder_option():
+    # model.decoder_layers (an option; the paper uses N for both stacks) is scaled like N: 4 x depth 0.5 = 2.
+    cfg = replace(RunConfig(), model=ModelConfig(decoder_layers=4), scale=ScaleConfig(width=0.5, depth=0.5))
+    c = effective_model(cfg, 6000)
+    assert (c.n_layers, c.n_dec_layers, c.d_model, c.d_ff, c.n_heads, c.d_k) == (3, 2, 256, 1024, 8, 32)
+    with torch.device("meta"):
+        m = Transformer(c)
+    assert (len(m.encoder), len(m.decoder)) == (3, 2)
+    d, d_ff = 256, 1024
+    enc_layer = 4 * d * d + 4 * d + 2 * d * d_ff + d_ff + d + 2 * 2 * d  # hand count: q/k/v/o, FFN, 2 norms
+    assert count_parameters(m) == closed_form(2, d, d_ff, 8, 32, 32, 6000) + enc_layer
+    assert small().n_dec_layers == 2  # None: the decoder has N layers, as in the paper
 
 
 def test_base_parameter_count_is_the_known_number():

@@ -25,7 +25,7 @@ def closed_form(c: TransformerConfig) -> int:
     ffn = 2 * d * c.d_ff + c.d_ff + c.d_model
     enc = attn + ffn + 2 * 2 * d
     dec = 2 * attn + ffn + 3 * 2 * d
-    total = c.n_layers * (enc + dec) + c.vocab_size * d
+    total = c.n_layers * enc + c.n_dec_layers * dec + c.vocab_size * d
     if c.positional == "learned":
         total += 2 * c.max_positions * d
     if c.norm == "pre":
