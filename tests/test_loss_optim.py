@@ -153,6 +153,33 @@ def test_fused_loss_gradient_matches_log_softmax_autograd(eps, consume):
     assert got[0, 3:].abs().max().item() == 0.0  # pads get no gradient
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_gpu_loss_equals_the_cpu_loss(eps):
+    # FusedSmoothedCrossEntropy (the CUDA path; here its math eager, in float64) against SmoothedCrossEntropy:
+    # the same losses and the same gradient, with weights on both outputs.
+    from ablate.loss import FusedSmoothedCrossEntropy, SmoothedCrossEntropy
+
+    torch.manual_seed(0)
+    N, V = 7, 13
+    w = torch.randn(N, V, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, V, (N,))
+    g_s, g_n = torch.rand(N, dtype=torch.float64), torch.rand(N, dtype=torch.float64)
+    out = {}
+    for name, apply in (("gpu", FusedSmoothedCrossEntropy.apply), ("cpu", SmoothedCrossEntropy.apply)):
+        smoothed, nll = apply(w * 1.0, target, eps, False)
+        (g_s * smoothed + g_n * nll).sum().backward()
+        out[name] = (smoothed.detach(), nll.detach(), w.grad.clone())
+        w.grad = None
+    for a, b in zip(out["gpu"], out["cpu"]):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+    # and in float32 from bf16 logits, as under trainer.precision=bf16-mixed: the gradient comes back in bf16
+    z = w.detach().bfloat16().requires_grad_(True)
+    smoothed, nll = FusedSmoothedCrossEntropy.apply(z, target, eps, False)
+    (g_s.float() * smoothed + g_n.float() * nll).sum().backward()
+    assert smoothed.dtype == torch.float32 and z.grad.dtype == torch.bfloat16
+    torch.testing.assert_close(z.grad.double(), out["cpu"][2], rtol=0, atol=2e-2)
+
+
 def test_logits_buffer_gives_the_plain_projection_and_gradients():
     # LogitsBuffer.project against F.linear, float64, through the consuming loss; the second step is
     # larger (the storage grows), the third smaller (a prefix of it).
