@@ -47,7 +47,10 @@ class StepProgress(TQDMProgressBar):
 
 
 class TrainClock(Callback):
-    """Training wall clock across restarts: a resumed run's clock goes on from its checkpoint's time."""
+    """Training wall clock across restarts: a resumed run's clock goes on from its checkpoint's time.
+
+    One per run, saved once in each checkpoint; Curves, Budget and TimeLimit read it. Put it before them in
+    the callback list, so that its on_train_start has run when theirs do."""
 
     def __init__(self):
         self.resumed_s = 0.0  # training seconds before this process (restored from the checkpoint)
@@ -65,12 +68,11 @@ class TrainClock(Callback):
         self.resumed_s = float(state.get("time_s", 0.0))
 
 
-class Curves(TrainClock):
+class Curves(Callback):
     """Appends train and dev figures to curves.jsonl (rank 0), read by the report."""
 
-    def __init__(self, path: Path, every: int = 10):
-        super().__init__()
-        self.path, self.every = path, every
+    def __init__(self, path: Path, clock: TrainClock, every: int = 10):
+        self.path, self.clock, self.every = path, clock, every
 
     def _write(self, trainer, row: dict) -> None:
         if trainer.global_rank == 0:
@@ -82,7 +84,7 @@ class Curves(TrainClock):
         step = trainer.global_step
         if mb.micro == module.accumulate - 1 and step % self.every == 0:
             m = trainer.callback_metrics
-            row = {"step": step, "lr": module.lr_at(step), "time_s": round(self.elapsed(), 2)}
+            row = {"step": step, "lr": module.lr_at(step), "time_s": round(self.clock.elapsed(), 2)}
             if "train/loss" in m:
                 row["train_loss"] = float(m["train/loss"])
             self._write(trainer, row)
@@ -196,36 +198,35 @@ class ParsingScore(Callback):
             )
 
 
-class Budget(TrainClock):
+class Budget(Callback):
     """train.budget_minutes: the cosine decay follows the clock, ends at the deadline; training stops there.
 
     The clock is training wall time across restarts (dev passes included: the minutes the Multi30k curve
     counts). Under DDP every rank takes the slowest rank's clock, so that all apply the same rate and stop
     at the same step. The stop step gets its own checkpoint (the last ones are averaged at the end)."""
 
-    def __init__(self, minutes: float, ckpt_dir: Path):
-        super().__init__()
-        self.budget_s, self.ckpt_dir = minutes * 60, ckpt_dir
+    def __init__(self, minutes: float, ckpt_dir: Path, clock: TrainClock):
+        self.budget_s, self.ckpt_dir, self.clock = minutes * 60, ckpt_dir, clock
         self.warm_end_s = None  # clock time at the end of warmup (restored from the checkpoint)
 
     def on_train_start(self, trainer, module):
-        super().on_train_start(trainer, module)
         if self.warm_end_s is not None:  # resumed: the first step's rate goes on from where the clock was
-            module.time_progress = self._progress(self.resumed_s)
+            module.time_progress = self._progress(self.clock.resumed_s)
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "warm_end_s": self.warm_end_s}
+        return {"warm_end_s": self.warm_end_s}
 
     def load_state_dict(self, state: dict) -> None:
-        super().load_state_dict(state)
         self.warm_end_s = state.get("warm_end_s")
+        if "time_s" in state and not self.clock.resumed_s:  # a checkpoint from before TrainClock was shared
+            self.clock.resumed_s = float(state["time_s"])
 
     def _progress(self, elapsed: float) -> float:
         left = max(self.budget_s - self.warm_end_s, 1e-9)  # the post-warmup part of the budget
         return min(1.0, (elapsed - self.warm_end_s) / left)
 
     def _elapsed(self, trainer, module) -> float:
-        local = torch.tensor(self.elapsed(), dtype=torch.float64, device=module.device)
+        local = torch.tensor(self.clock.elapsed(), dtype=torch.float64, device=module.device)
         return float(trainer.strategy.reduce(local, reduce_op="max"))
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
@@ -245,12 +246,14 @@ class Budget(TrainClock):
 
 
 class TimeLimit(Callback):
-    def __init__(self, minutes: float | None):
+    """train.max_minutes: stop once the run has trained this long, counted across restarts (TrainClock)."""
+
+    def __init__(self, minutes: float | None, clock: TrainClock):
         self.seconds = None if minutes is None else minutes * 60
-        self.t0 = time.perf_counter()
+        self.clock = clock
 
     def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if self.seconds is not None and time.perf_counter() - self.t0 > self.seconds:
+        if self.seconds is not None and self.clock.elapsed() > self.seconds:
             trainer.should_stop = True
 
 
@@ -524,17 +527,19 @@ def _trainer(
         monitor="step",
         mode="max",
     )
+    clock = TrainClock()  # before the callbacks that read it
     callbacks = [
         ckpt,
         Preemption(ckpt_dir / "last.ckpt"),
         RestoreRNG(),
+        clock,
         *extra,  # before Curves, which writes what they compute
-        Curves(out / "curves.jsonl"),
+        Curves(out / "curves.jsonl", clock),
         BleuSchedule(cfg.train.bleu_every),
-        TimeLimit(cfg.train.max_minutes),
+        TimeLimit(cfg.train.max_minutes, clock),
     ]
     if cfg.train.budget_minutes is not None:
-        callbacks.append(Budget(cfg.train.budget_minutes, ckpt_dir))
+        callbacks.append(Budget(cfg.train.budget_minutes, ckpt_dir, clock))
     if os.environ.get("ABLATE_FAULT_NAN_AT_STEP"):
         callbacks.append(FaultInjection())
     if t.progress_bar:

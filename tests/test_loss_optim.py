@@ -81,8 +81,10 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
         cfg=SimpleNamespace(train=SimpleNamespace(warmup_steps=2, checkpoint_every=100)),
     )
     batch = (SimpleNamespace(micro=0), None)
-    b = tr.Budget(minutes=1.0, ckpt_dir=tmp_path)  # 60 s
+    clock = tr.TrainClock()
+    b = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock)  # 60 s
     monkeypatch.setattr(tr.time, "perf_counter", lambda: now[0])
+    clock.on_train_start(trainer, module)
     b.on_train_start(trainer, module)
     for step, t in enumerate([5.0, 10.0, 35.0, 59.0, 61.0], start=1):  # step ends at these seconds
         trainer.global_step, now[0] = step, t
@@ -91,14 +93,31 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
             assert b.warm_end_s == 10.0 and module.time_progress == pytest.approx(0.5)
         assert trainer.should_stop == (t >= 60.0)
     assert module.time_progress == 1.0 and saved == ["step0000005.ckpt"]
-    assert b.state_dict() == {"time_s": 61.0, "warm_end_s": 10.0}
+    assert b.state_dict() == {"warm_end_s": 10.0} and clock.state_dict() == {"time_s": 61.0}
     # a resumed run (checkpoint at 35 s) starts from the clock's progress, not from the step's
-    again = tr.Budget(minutes=1.0, ckpt_dir=tmp_path)
-    again.load_state_dict({"time_s": 35.0, "warm_end_s": 10.0})
+    clock2 = tr.TrainClock()
+    again = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock2)
+    clock2.load_state_dict({"time_s": 35.0})
+    again.load_state_dict({"warm_end_s": 10.0})
     module.time_progress = 0.0
     now[0] = 100.0
+    clock2.on_train_start(trainer, module)
     again.on_train_start(trainer, module)
-    assert module.time_progress == pytest.approx(0.5) and again.state_dict()["time_s"] == 35.0
+    assert module.time_progress == pytest.approx(0.5) and clock2.state_dict()["time_s"] == 35.0
+    # train.max_minutes counts the same clock: 35 s before the restart + 20 s after it > 50 s
+    limit = tr.TimeLimit(50 / 60, clock2)
+    trainer.should_stop = False
+    now[0] = 110.0  # 45 s trained
+    limit.on_train_batch_end(trainer, module, None, batch, 0)
+    assert not trainer.should_stop
+    now[0] = 120.0  # 55 s
+    limit.on_train_batch_end(trainer, module, None, batch, 0)
+    assert trainer.should_stop
+    # a checkpoint written before the clock was shared: Budget's own time_s restores it
+    clock3 = tr.TrainClock()
+    legacy = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock3)
+    legacy.load_state_dict({"time_s": 35.0, "warm_end_s": 10.0})
+    assert clock3.resumed_s == 35.0
 
 
 def test_lightning_module_applies_step_one_first():

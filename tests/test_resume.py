@@ -127,18 +127,18 @@ def test_sigterm_checkpoints_within_seconds_and_resumes_exactly(tmp_path, refere
 
 
 def test_curve_time_goes_on_from_the_checkpoint():
-    # curves.jsonl's time_s is training wall clock across restarts: the Curves callback's state (saved in
-    # checkpoints by Lightning) carries the seconds trained so far into the resumed process.
-    from ablate.train import Curves
+    # curves.jsonl's time_s is training wall clock across restarts: the TrainClock callback's state (saved
+    # in checkpoints by Lightning) carries the seconds trained so far into the resumed process.
+    from ablate.train import TrainClock
 
-    before = Curves(Path("unused"))
+    before = TrainClock()
     before.t0 = time.perf_counter() - 100.0  # 100 s of training so far
     state = before.state_dict()
     assert 100.0 <= state["time_s"] < 110.0
-    after = Curves(Path("unused"))
+    after = TrainClock()
     after.load_state_dict(state)
     after.on_train_start(None, None)
     assert 100.0 <= time.perf_counter() - after.t0 < 110.0
-    fresh = Curves(Path("unused"))
+    fresh = TrainClock()
     fresh.on_train_start(None, None)
     assert time.perf_counter() - fresh.t0 < 5.0
