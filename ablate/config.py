@@ -95,7 +95,7 @@ class TrainConfig:
     adam_eps: float = 1e-9
     grad_clip: float = 0.0  # the paper states none
     max_steps: int | None = None  # overrides row.train_steps * scale.steps
-    max_minutes: float | None = None  # stop after this much training time (checkpoint, record, evaluate)
+    max_minutes: float | None = None  # stop at this much training time, restarts included
     # cosine only: a time budget. The decay reaches 0 when this much training time (dev passes included)
     # is spent, or at the last step if that comes first, and training stops there. The step it ends at
     # depends on the machine's speed: such a run is not bit-reproducible on another machine.

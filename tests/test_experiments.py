@@ -68,3 +68,9 @@ def test_multi30k_race_presets():
     assert (half.train.lr_peak, half.train.warmup_steps, half.train.batch_tokens) == (1.5e-3, 400, 1024)
     assert (half.train.max_tokens, half.train.checkpoint_every) == (1024, 200)
     assert half.train.average_last == 5
+    # 55 minutes: the same model and recipe, a longer clock budget, more dropout (over ~28 epochs)
+    long = cfg("data=multi30k", "scale=cpu_multi30k_55min")
+    m55 = effective_model(long, 6000)
+    assert (m55.d_model, m55.d_ff, m55.n_layers, m55.n_heads, m55.dropout) == (256, 512, 2, 4, 0.2)
+    assert (long.data.vocab_size, long.train.lr_schedule, long.train.batch_tokens) == (6000, "cosine", 1024)
+    assert (long.train.budget_minutes, total_steps(long), long.train.average_last) == (54.5, 16000, 5)

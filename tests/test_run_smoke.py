@@ -102,8 +102,10 @@ def test_time_budget_ends_the_decay_and_the_run_at_the_deadline(tmp_path):
     assert rec["status"] == "finished" and 5 < steps < 100_000
     ckpt = torch.load(rec_path.parent / "checkpoints" / f"step{steps:07d}.ckpt", weights_only=False)
     assert ckpt["global_step"] == steps
-    # the rate set for the step after the stop: the decay is at (or a step short of) its end
-    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] < 1e-3 * 0.01
+    # the rate set for the step after the stop: the decay is at (or a step short of) its end. Near the end
+    # cosine is ~ peak * (pi/2)^2 (1 - x)^2; on a loaded machine one step can be ~10% of these 3 seconds
+    # (seen: 4.9e-5 while another job ran), so the bound is 1e-4 (1 - x < 0.2), not 1e-5.
+    assert ckpt["optimizer_states"][0]["param_groups"][0]["lr"] < 1e-3 * 0.1
     rows = [json.loads(r) for r in (rec_path.parent / "curves.jsonl").read_text().splitlines()]
     lrs = [r["lr"] for r in rows if "lr" in r and r["step"] > 5]
     assert lrs == sorted(lrs, reverse=True)  # decays with the clock, never back up
