@@ -61,12 +61,15 @@ def matmul_rate(dtype: torch.dtype, tf32: bool, n: int = 8192) -> float:
     return 2 * n**3 / t
 
 
-def build(s: Shape, dropout: float = 0.1) -> Transformer:
-    cfg = TransformerConfig(
+def model_config(s: Shape, dropout: float = 0.1) -> TransformerConfig:
+    return TransformerConfig(
         vocab_size=s.vocab, n_layers=s.layers, d_model=s.d, d_ff=s.ff, n_heads=s.heads,
         d_k=s.d // s.heads, d_v=s.d // s.heads, dropout=dropout, pad_id=PAD,
     )  # fmt: skip
-    return Transformer(cfg).cuda()
+
+
+def build(s: Shape, dropout: float = 0.1) -> Transformer:
+    return Transformer(model_config(s, dropout)).cuda()
 
 
 def time_training(s: Shape, precision: str, compile: bool, steps: int, warmup: int, loss: str) -> dict:
@@ -153,6 +156,8 @@ def main() -> None:
         base = SHAPES[c]
         B = a.batch_tokens // a.length
         s = Shape(c, base.layers, base.d, base.ff, base.heads, base.vocab, B, a.length)
+        with torch.device("meta"):  # counted without allocating
+            params = count_parameters(Transformer(model_config(s)))
         runs = [(p, False, lp) for p in a.precisions for lp in a.loss_paths]
         runs += [("bf16", True, lp) for lp in a.loss_paths] if a.compile else []
         for precision, comp, loss in runs:
@@ -164,7 +169,7 @@ def main() -> None:
             hours = PAPER_STEPS[c] * r["step_s"] / 3600
             prec = precision + (" compiled" if comp else "")
             row = dict(config=c, precision=prec, loss=loss, device=name, **r)
-            row.update(mfu=mfu, paper_steps_hours=hours, params=count_parameters(build(s)), batch=s.batch)
+            row.update(mfu=mfu, paper_steps_hours=hours, params=params, batch=s.batch)
             rows.append(row)
             print(json.dumps(row), flush=True)
     with open(out / "gpu_speed.jsonl", "w") as f:
