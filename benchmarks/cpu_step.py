@@ -1,0 +1,139 @@
+"""Where the time of one CPU training step goes, at the shape of the Multi30k budget presets.
+
+The 55-minute preset (N 2, d_model 256, d_ff 512, 4 heads, 6K shared BPE, 1,024-token batches) is limited by
+the updates it gets in its budget (issue 5). This asks whether a step could be made faster here:
+
+- the step's model FLOPs per second against the measured fp32 matmul peak, and the share of the step's
+  CPU time that is matmuls (torch profiler: aten::mm, addmm, bmm) -- what is left to win outside them;
+- 1 thread against 2 (does a second process with DDP have anything to gain over 2 intra-op threads?);
+- smaller batches (more updates a minute, at what cost in tokens/s), and the vocabulary size;
+- torch.compile (inductor's CPU backend) against eager, with --compile (one more minute).
+
+Random tokens, no padding, dropout 0.1, the loss and optimizer of a real step (benchmarks/speed.py's
+ablate step), glibc told to keep freed memory as train.py does; medians of --reps interleaved repetitions
+of --steps steps. Writes JSON lines and a Markdown table:
+
+    python benchmarks/cpu_step.py [--compile] --out benchmarks/results
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speed import Ablate, Shape, matmul_peak, train_flops  # noqa: E402
+
+from ablate.train import _keep_freed_memory  # noqa: E402
+
+LENGTH = 15  # tokens a sentence: Multi30k's mean target length in 6K pieces is ~15.4
+MATMULS = {"aten::mm", "aten::addmm", "aten::bmm"}
+
+
+def preset(batch_tokens: int = 1024, vocab: int = 6000) -> Shape:
+    return Shape(f"{batch_tokens}tok/{vocab // 1000}K", 2, 256, 512, 4, vocab, batch_tokens // LENGTH, LENGTH)
+
+
+def batch(s: Shape) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(3, s.vocab, (s.batch, s.length), generator=g)
+    return src, torch.randint(3, s.vocab, (s.batch, s.length + 1), generator=g)
+
+
+def time_steps(impl: Ablate, s: Shape, threads: int, steps: int) -> float:
+    """Seconds of one training step, averaged over `steps` steps (one repetition)."""
+    torch.set_num_threads(threads)
+    src, tgt = batch(s)
+    t = time.perf_counter()
+    for _ in range(steps):
+        impl.train_step(src, tgt)
+    return (time.perf_counter() - t) / steps
+
+
+def matmul_share(impl: Ablate, s: Shape, steps: int = 5) -> float:
+    """Share of the step's self CPU time spent in matmul kernels."""
+    src, tgt = batch(s)
+    with profile(activities=[ProfilerActivity.CPU]) as p:
+        for _ in range(steps):
+            impl.train_step(src, tgt)
+    ops = p.key_averages()
+    total = sum(e.self_cpu_time_total for e in ops)
+    return sum(e.self_cpu_time_total for e in ops if e.key in MATMULS) / total
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--compile", action="store_true", help="also time torch.compile (inductor, CPU)")
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args(argv)
+    torch.set_num_threads(2)
+    _keep_freed_memory()  # as a training run does on CPU
+    peak = matmul_peak(2)
+    rows = []
+
+    cases = [
+        ("preset", preset(), 2, False),
+        ("1 thread", preset(), 1, False),
+        ("1 thread, half batch (a DDP rank's share)", preset(512), 1, False),
+        ("768-token batches", preset(768), 2, False),
+        ("512-token batches", preset(512), 2, False),
+        ("4K vocabulary", preset(vocab=4000), 2, False),
+        ("8K vocabulary", preset(vocab=8000), 2, False),
+    ] + ([("torch.compile", preset(), 2, True)] if args.compile else [])
+    impls = []
+    for _, s, threads, compile in cases:  # built and warmed up first, then timed interleaved
+        torch.manual_seed(0)
+        impls.append(Ablate(s, compile=compile))
+        time_steps(impls[-1], s, threads, 3)
+    times = [[] for _ in cases]
+    for _ in range(args.reps):  # interleaved: a slow spell of the machine hits every case alike
+        for i, (_, s, threads, _) in enumerate(cases):
+            times[i].append(time_steps(impls[i], s, threads, args.steps))
+    torch.set_num_threads(2)
+    for (label, s, threads, compile), ts, impl in zip(cases, times, impls):
+        sec = statistics.median(ts)
+        gflop_s = train_flops(s) / sec / 1e9
+        row = {
+            "case": label, "shape": s.name, "threads": threads, "compiled": compile,
+            "ms_per_step": round(1000 * sec, 1), "target_tok_s": round(s.batch * s.length / sec),
+            "gflop_s": round(gflop_s, 1), "mfu": round(gflop_s / peak, 3),
+        }  # fmt: skip
+        if label == "preset":
+            row["matmul_share"] = round(matmul_share(impl, s), 3)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"cpu_step-{stamp}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d')}, torch {torch.__version__}, fp32 matmul peak {peak:.0f} "
+        "GFLOP/s (2 threads, measured in the same run); N 2, d_model 256, d_ff 512, 4 heads; sentences of "
+        f"{LENGTH} tokens on both sides, no padding; medians of {args.reps} interleaved repetitions of "
+        f"{args.steps} steps.",
+        "",
+        "| case | shape | threads | ms/step | target tok/s | GFLOP/s | MFU | matmul share |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        share = f"{100 * r['matmul_share']:.0f}%" if "matmul_share" in r else ""
+        lines.append(
+            f"| {r['case']} | {r['shape']} | {r['threads']} | {r['ms_per_step']} | {r['target_tok_s']:,} | "
+            f"{r['gflop_s']} | {100 * r['mfu']:.0f}% | {share} |"
+        )
+    (out / "cpu_step.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
