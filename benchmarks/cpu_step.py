@@ -10,8 +10,8 @@ the updates it gets in its budget (issue 5). This asks whether a step could be m
 - torch.compile (inductor's CPU backend) against eager, with --compile (one more minute).
 
 Random tokens, no padding, dropout 0.1, the loss and optimizer of a real step (benchmarks/speed.py's
-ablate step), glibc told to keep freed memory as train.py does; medians of --reps interleaved repetitions
-of --steps steps. Writes JSON lines and a Markdown table:
+batches and ablate step), glibc told to keep freed memory as train.py does; medians of --reps interleaved
+repetitions of --steps steps. Writes JSON lines and a Markdown table:
 
     python benchmarks/cpu_step.py [--compile] --out benchmarks/results
 """
@@ -29,7 +29,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import Ablate, Shape, matmul_peak, train_flops  # noqa: E402
+from speed import Ablate, Shape, batch, matmul_peak, time_it, train_flops  # noqa: E402
 
 from ablate.train import _keep_freed_memory  # noqa: E402
 
@@ -41,25 +41,8 @@ def preset(batch_tokens: int = 1024, vocab: int = 6000) -> Shape:
     return Shape(f"{batch_tokens}tok/{vocab // 1000}K", 2, 256, 512, 4, vocab, batch_tokens // LENGTH, LENGTH)
 
 
-def batch(s: Shape) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(0)
-    src = torch.randint(3, s.vocab, (s.batch, s.length), generator=g)
-    return src, torch.randint(3, s.vocab, (s.batch, s.length + 1), generator=g)
-
-
-def time_steps(impl: Ablate, s: Shape, threads: int, steps: int) -> float:
-    """Seconds of one training step, averaged over `steps` steps (one repetition)."""
-    torch.set_num_threads(threads)
-    src, tgt = batch(s)
-    t = time.perf_counter()
-    for _ in range(steps):
-        impl.train_step(src, tgt)
-    return (time.perf_counter() - t) / steps
-
-
-def matmul_share(impl: Ablate, s: Shape, steps: int = 5) -> float:
+def matmul_share(impl: Ablate, src: torch.Tensor, tgt: torch.Tensor, steps: int = 5) -> float:
     """Share of the step's self CPU time spent in matmul kernels."""
-    src, tgt = batch(s)
     with profile(activities=[ProfilerActivity.CPU]) as p:
         for _ in range(steps):
             impl.train_step(src, tgt)
@@ -89,17 +72,20 @@ def main(argv=None) -> int:
         ("4K vocabulary", preset(vocab=4000), 2, False),
         ("8K vocabulary", preset(vocab=8000), 2, False),
     ] + ([("torch.compile", preset(), 2, True)] if args.compile else [])
-    impls = []
+    impls, batches = [], []
     for _, s, threads, compile in cases:  # built and warmed up first, then timed interleaved
         torch.manual_seed(0)
         impls.append(Ablate(s, compile=compile))
-        time_steps(impls[-1], s, threads, 3)
+        batches.append(batch(s, torch.Generator().manual_seed(0)))
+        torch.set_num_threads(threads)
+        time_it(lambda: impls[-1].train_step(*batches[-1]), 3)
     times = [[] for _ in cases]
     for _ in range(args.reps):  # interleaved: a slow spell of the machine hits every case alike
-        for i, (_, s, threads, _) in enumerate(cases):
-            times[i].append(time_steps(impls[i], s, threads, args.steps))
+        for case, impl, b, ts in zip(cases, impls, batches, times):
+            torch.set_num_threads(case[2])
+            ts.append(time_it(lambda impl=impl, b=b: impl.train_step(*b), args.steps))
     torch.set_num_threads(2)
-    for (label, s, threads, compile), ts, impl in zip(cases, times, impls):
+    for (label, s, threads, compile), ts, impl, b in zip(cases, times, impls, batches):
         sec = statistics.median(ts)
         gflop_s = train_flops(s) / sec / 1e9
         row = {
@@ -108,7 +94,7 @@ def main(argv=None) -> int:
             "gflop_s": round(gflop_s, 1), "mfu": round(gflop_s / peak, 3),
         }  # fmt: skip
         if label == "preset":
-            row["matmul_share"] = round(matmul_share(impl, s), 3)
+            row["matmul_share"] = round(matmul_share(impl, *b), 3)
         print(json.dumps(row), flush=True)
         rows.append(row)
     out = Path(args.out)
