@@ -77,6 +77,10 @@ class DataConfig:
     max_len_ratio: float = 9.0  # and pairs whose length ratio exceeds this
     cache_dir: str = "${oc.env:ABLATE_CACHE,${oc.env:HOME}/.cache/ablate}"
     num_workers: int = 0
+    # BPE-dropout (Provilkov et al. 2020; not in the paper, off): each epoch the training text is segmented
+    # again with each merge dropped with this probability; dev/test and decoding keep the deterministic one
+    bpe_dropout: float = 0.0
+    bpe_dropout_sides: str = "both"  # both | src (the target side keeps the segmentation it is tested on)
     # data=wsj (parsing, 6.3): PTB WSJ trees <treebank_dir>/<section>/*.mrg (train 02-21, dev 22, test 23)
     treebank_dir: str | None = None
     treebank_builtin: bool = False  # instead: write the built-in treebank (builtin_* sizes) into cache_dir
@@ -231,6 +235,7 @@ _CHOICES = {
     "model.positional": ("sinusoidal", "learned"),
     "model.norm": ("post", "pre"),
     "data.spm_model_type": ("bpe", "unigram"),
+    "data.bpe_dropout_sides": ("both", "src"),
     "train.lr_schedule": ("inverse_sqrt", "cosine"),
     "train.on_nonfinite": ("stop", "skip"),
     "decode.method": ("beam", "greedy"),
@@ -286,6 +291,13 @@ def validate(cfg: RunConfig) -> None:
             )
         if t.budget_minutes <= 0:
             raise ConfigError(f"train.budget_minutes={t.budget_minutes} must be positive")
+    if not 0.0 <= cfg.data.bpe_dropout < 1.0:
+        raise ConfigError(f"data.bpe_dropout={cfg.data.bpe_dropout} must be in [0, 1)")
+    if cfg.data.bpe_dropout > 0 and cfg.data.spm_model_type != "bpe":
+        raise ConfigError(
+            f"data.bpe_dropout={cfg.data.bpe_dropout} needs data.spm_model_type=bpe "
+            f"(sentencepiece reads the value as a sampling temperature for {cfg.data.spm_model_type!r})"
+        )
     if cfg.data.vocab_size < 8:
         raise ConfigError(f"data.vocab_size={cfg.data.vocab_size} is too small")
     if cfg.decode.beam < 1:

@@ -4,6 +4,7 @@ within max_tokens, micro-batches shuffled, grouped into optimizer steps and spli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,7 +66,8 @@ class StepSampler:
     """An endless stream of micro-batches for one device, `accumulate` per optimizer step. Deterministic in
     (seed, epoch): every device computes the same plan, so each knows the step's global token count without
     communicating, and a run resumed after step k continues with exactly the batches an uninterrupted run
-    would have seen."""
+    would have seen. `epoch_lengths(epoch)` -> (src_lens, tgt_lens), when given, replaces the fixed lengths
+    for an epoch whose segmentation differs (subword.EpochSegmenter, itself deterministic in the epoch)."""
 
     def __init__(
         self,
@@ -77,8 +79,10 @@ class StepSampler:
         rank: int = 0,
         seed: int = 1,
         shuffle: bool = True,
+        epoch_lengths: Callable[[int], tuple[np.ndarray, np.ndarray]] | None = None,
     ):
         self.src_lens, self.tgt_lens = src_lens, tgt_lens
+        self.epoch_lengths = epoch_lengths
         self.max_tokens, self.accumulate = max_tokens, accumulate
         self.world, self.rank, self.seed, self.shuffle = world, rank, seed, shuffle
         self.start = (0, 0)  # (epoch, step)
@@ -87,11 +91,12 @@ class StepSampler:
     def epoch_plan(self, epoch: int) -> list[list[np.ndarray]]:
         """The micro-batches of every optimizer step of an epoch, all devices (per_step = accumulate * world
         each; device r takes r, r + world, ...)."""
+        src_lens, tgt_lens = self.lengths(epoch)
         rng = np.random.default_rng([self.seed, epoch])
         # Random tie-breaking among equal lengths, so batches differ between epochs.
-        noise = rng.permutation(len(self.src_lens))
-        order = length_order(self.src_lens, self.tgt_lens, ties=noise)
-        micro = token_batches(self.src_lens, self.tgt_lens, self.max_tokens, order)
+        noise = rng.permutation(len(src_lens))
+        order = length_order(src_lens, tgt_lens, ties=noise)
+        micro = token_batches(src_lens, tgt_lens, self.max_tokens, order)
         if self.shuffle:
             micro = [micro[i] for i in rng.permutation(len(micro))]
         per_step = self.accumulate * self.world
@@ -100,12 +105,16 @@ class StepSampler:
         micro = [micro[i % len(micro)] for i in range(n_steps * per_step)]
         return [micro[k * per_step : (k + 1) * per_step] for k in range(n_steps)]
 
+    def lengths(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        return (self.src_lens, self.tgt_lens) if self.epoch_lengths is None else self.epoch_lengths(epoch)
+
     def __iter__(self):
         epoch, step = self.start
         while True:
             plan = self.epoch_plan(epoch)
+            tgt_lens = self.lengths(epoch)[1]
             for k in range(step, len(plan)):
-                step_tokens = int(sum(int(self.tgt_lens[b].sum()) for b in plan[k]))
+                step_tokens = int(sum(int(tgt_lens[b].sum()) for b in plan[k]))
                 for j, idx in enumerate(plan[k][self.rank :: self.world]):
                     yield MicroBatch(epoch, k, j, idx, step_tokens)
             epoch, step = epoch + 1, 0

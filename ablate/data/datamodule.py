@@ -22,6 +22,7 @@ from ablate.config import ConfigError, DataConfig
 from ablate.data import sources
 from ablate.data.batching import StepSampler, token_batches
 from ablate.data.dataset import Batch, Encoded, collate
+from ablate.data.subword import EpochSegmenter
 from ablate.data.tokenizer import file_lock, load_or_train, vocab_key
 
 SPLITS = ("train", "dev", "test")
@@ -100,7 +101,9 @@ def corpus_cache_key(cfg: DataConfig) -> str:
     """A cheap key to find a prepared corpus without reading it: the config's data settings."""
     import hashlib
 
-    fields = {k: v for k, v in vars(cfg).items() if k not in ("cache_dir", "num_workers")}
+    # Settings that act at training time only leave the prepared corpus alone.
+    runtime = ("cache_dir", "num_workers", "bpe_dropout", "bpe_dropout_sides")
+    fields = {k: v for k, v in vars(cfg).items() if k not in runtime}
     for split in SPLITS:  # files: include size and mtime so edited files are not served stale
         for side in ("src", "tgt"):
             p = getattr(cfg, f"{split}_{side}")
@@ -182,14 +185,15 @@ def _spm_path(cfg: DataConfig, corpus_key: str) -> Path:
 
 
 class StepStream(torch.utils.data.IterableDataset):
-    """Yields (MicroBatch, Batch) for this device, endlessly."""
+    """Yields (MicroBatch, Batch) for this device, endlessly. `data(epoch)` is the training split as
+    segmented for that epoch (EpochSegmenter: the prepared arrays unless data.bpe_dropout > 0)."""
 
-    def __init__(self, data: Encoded, sampler: StepSampler):
+    def __init__(self, data: EpochSegmenter, sampler: StepSampler):
         self.data, self.sampler = data, sampler
 
     def __iter__(self):
         for mb in self.sampler:
-            yield mb, collate(self.data, mb.indices)
+            yield mb, collate(self.data(mb.epoch), mb.indices)
 
 
 class TranslationData(pl.LightningDataModule):
@@ -219,16 +223,36 @@ class TranslationData(pl.LightningDataModule):
             return self.trainer.world_size, self.trainer.global_rank
         return 1, 0
 
+    def segmenter(self) -> EpochSegmenter:
+        c = self.cfg
+        return EpochSegmenter(
+            self.splits["train"],
+            self.prepared.spm_model,
+            (self.prepared.text("train", "src"), self.prepared.text("train", "tgt")),
+            c.bpe_dropout,
+            c.bpe_dropout_sides,
+            self.seed,
+            limit=min(c.max_len, self.max_tokens - 1),  # + EOS/BOS must fit a micro-batch
+        )
+
     def train_dataloader(self):
         data = self.splits["train"]
+        segmenter = self.segmenter()
         world, rank = self._world()
         sampler = StepSampler(
-            data.src_lens + 1, data.tgt_lens + 1, self.max_tokens, self.accumulate, world, rank, self.seed
+            data.src_lens + 1,
+            data.tgt_lens + 1,
+            self.max_tokens,
+            self.accumulate,
+            world,
+            rank,
+            self.seed,
+            epoch_lengths=segmenter.widths if self.cfg.bpe_dropout > 0 else None,
         )
         if self.resume_position is not None:
             sampler.resume_after(*self.resume_position)
         return torch.utils.data.DataLoader(
-            StepStream(data, sampler), batch_size=None, num_workers=self.cfg.num_workers
+            StepStream(segmenter, sampler), batch_size=None, num_workers=self.cfg.num_workers
         )
 
     def eval_batches(self, split: str, limit: int | None = None) -> list[Batch]:
