@@ -19,8 +19,6 @@ import sentencepiece as spm
 
 from ablate.data.dataset import Encoded
 
-SIDES = ("both", "src")
-
 
 class EpochSegmenter:
     """The training split as segmented for one epoch: `base` itself at p = 0, else the training text
@@ -34,13 +32,11 @@ class EpochSegmenter:
         spm_model: Path,
         texts: tuple[Path, Path],
         p: float,
-        sides: str = "both",
+        sides: str = "both",  # both | src (checked with the config: config.validate)
         seed: int = 1,
         limit: int = 256,
         chunk: int = 100_000,
     ):
-        if sides not in SIDES:
-            raise ValueError(f"data.bpe_dropout_sides={sides!r} is not one of {', '.join(SIDES)}")
         self.base, self.p, self.sides, self.seed, self.limit = base, p, sides, seed, limit
         self.spm_model, self.texts, self.chunk = spm_model, texts, chunk
         self._sp: spm.SentencePieceProcessor | None = None
