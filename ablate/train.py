@@ -257,6 +257,29 @@ class TimeLimit(Callback):
             trainer.should_stop = True
 
 
+def resolve_precision(precision: str, accelerator: str) -> str:
+    """trainer.precision=auto: bf16-mixed where the device has bf16 arithmetic units (a CUDA GPU with
+    native bf16, Ampere or later; a CPU with AVX512_BF16 or AMX), 32-true elsewhere. On a CPU without them
+    bf16 is emulated: a bf16 matmul ran ~400x slower than float32 on an AVX2 Zen 3 (README, Speed)."""
+    on_gpu = accelerator != "cpu" and torch.cuda.is_available()
+    if precision == "auto" and on_gpu:
+        return "bf16-mixed" if torch.cuda.is_bf16_supported(including_emulation=False) else "32-true"
+    if precision == "auto":
+        return "bf16-mixed" if cpu_has_native_bf16() else "32-true"
+    if precision.startswith("bf16") and not on_gpu and not cpu_has_native_bf16():
+        warnings.warn(
+            f"trainer.precision={precision}: this CPU has no bf16 units (AVX512_BF16 or AMX), so bf16 is "
+            "emulated and a step runs many times slower than with 32-true",
+            stacklevel=2,
+        )
+    return precision
+
+
+def cpu_has_native_bf16() -> bool:
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu, private but long-lived
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
+
+
 def device_name(trainer: pl.Trainer) -> str:
     if trainer.strategy.root_device.type == "cuda":
         return torch.cuda.get_device_name(trainer.strategy.root_device)
@@ -458,6 +481,7 @@ def run_worker(cfg: RunConfig, prepared) -> dict:
             tokens_per_s=tokens / max(train_time, 1e-9),
             flops_estimate=6.0 * record["params"] * tokens,
             device=device_name(trainer),
+            precision=str(trainer.precision),  # what ran: trainer.precision=auto resolves per machine
             world_size=trainer.world_size,
             metrics={
                 k: final[k]
@@ -553,7 +577,7 @@ def _trainer(
         accelerator=t.accelerator,
         devices=t.devices,
         num_nodes=t.num_nodes,
-        precision=t.precision,
+        precision=resolve_precision(t.precision, t.accelerator),
         strategy=strategy,
         max_steps=steps,
         accumulate_grad_batches=accumulate,

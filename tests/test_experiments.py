@@ -74,3 +74,15 @@ def test_multi30k_race_presets():
     assert (m55.d_model, m55.d_ff, m55.n_layers, m55.n_heads, m55.dropout) == (256, 512, 2, 4, 0.2)
     assert (long.data.vocab_size, long.train.lr_schedule, long.train.batch_tokens) == (6000, "cosine", 1024)
     assert (long.train.budget_minutes, total_steps(long), long.train.average_last) == (54.5, 16000, 5)
+    assert long.trainer.precision == "32-true"
+    # On a CPU with bf16 units: the same model under bf16-mixed, ~1.6x the updates, P_drop 0.3
+    bf16 = cfg("data=multi30k", "scale=cpu_multi30k_55min_bf16")
+    mb = effective_model(bf16, 6000)
+    assert (mb.d_model, mb.d_ff, mb.n_layers, mb.dropout, bf16.trainer.precision) == (
+        256,
+        512,
+        2,
+        0.3,
+        "bf16-mixed",
+    )
+    assert (bf16.train.budget_minutes, total_steps(bf16), bf16.train.batch_tokens) == (54.5, 30000, 1024)

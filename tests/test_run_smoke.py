@@ -53,6 +53,7 @@ def test_smoke_run_writes_a_complete_record(tmp_path):
     assert rec["params_paper_scale"] == 63_082_496
     assert rec["config"]["model"]["name"] == "base" and rec["config"]["decode"]["beam"] == 2
     assert rec["tokens_per_s"] > 0 and rec["wall_time_s"] > 0 and rec["versions"]["torch"]
+    assert rec["precision"] == "32-true"  # the paper's float32 unless a preset or the user asks otherwise
     # Per-sentence statistics behind the report's bootstrap.
     d = rec["data"]["splits"]["dev"]["pairs"]
     z = np.load(records[0].parent / "dev_sentences.npz")
