@@ -3,20 +3,17 @@
 
 import json
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from test_run_smoke import run
 
 from ablate import train
 from ablate.loss import label_smoothed_loss
 from ablate.model import Transformer, TransformerConfig
 from ablate.train import resolve_precision
 
-ROOT = Path(__file__).resolve().parents[1]
 BOS, PAD = 1, 0
 
 
@@ -106,20 +103,7 @@ def test_cpu_bf16_training_step_agrees_with_float32():
 
 def test_run_records_the_precision_auto_resolved_to(tmp_path):
     expected = "bf16-mixed" if {"avx512_bf16", "amx_bf16"} & cpuinfo_flags() else "32-true"
-    cmd = [
-        sys.executable,
-        "-m",
-        "ablate.run",
-        "scale=tiny",
-        "logger=none",
-        "trainer.precision=auto",
-        "train.max_steps=4",
-        f"results_dir={tmp_path}/results",
-        f"data.cache_dir={tmp_path}/cache",
-    ]
-    p = subprocess.run(
-        cmd, cwd=ROOT, env=dict(os.environ, WANDB_MODE="offline"), capture_output=True, text=True, timeout=300
-    )
+    p = run(tmp_path, "trainer.precision=auto", "train.max_steps=4")  # the smoke test's command
     assert p.returncode == 0, p.stderr[-3000:]
     rec = json.loads(next((tmp_path / "results").rglob("record.json")).read_text())
     assert rec["config"]["trainer"]["precision"] == "auto" and rec["precision"] == expected
