@@ -1,8 +1,17 @@
 """Typed configuration: the dataclasses are the source of truth, Hydra YAML overrides them.
 
-A Table 3 row (conf/model/<row>.yaml) is stated at the paper's size; a scale preset (conf/scale/) shrinks it
-for a CPU by multiplying widths and depth and the step count, keeping what the row varies (h, the d_k and
-d_v ratios, N ratios, d_ff ratio, dropout, label smoothing, positional kind). `effective_model` applies it.
+Each config group means one thing:
+- `model/`: a Table 3 row, stated as the paper states it: what differs from the paper's base (ModelConfig).
+- `recipe/`: how a run trains (data sizes, batch, schedule, budget, decoding) and, where it must, its own
+  base architecture (`base:`, at the size it runs at; the paper's base when it sets none).
+- `scale/`: ratios only (width, depth, steps), applied to whatever row and base are chosen.
+- `trainer/`: hardware and precision. `experiment/`: the only group that sets other groups.
+
+A row keeps its meaning under every recipe and scale (`row_arch`, `effective_model`): it changes the
+recipe's base the way it changes the paper's (A: the row's h with h * d_k = d_model; B: the row's ratio
+of d_k to base's; C: its N, d_model and d_ff ratios; D, E: their values; big: its ratios of d_model, d_ff,
+h and steps, its P_drop),
+or the combination is refused with one line naming the row, the preset and the key (`check_row_meaning`).
 """
 
 from __future__ import annotations
@@ -21,11 +30,9 @@ class ConfigError(ValueError):
 
 
 @dataclass
-class ModelConfig:
-    """One row of Table 3 at the paper's scale; a row file states only what differs from base."""
+class ArchConfig:
+    """An architecture and its step count; the defaults are the paper's base model (Table 3, first row)."""
 
-    name: str = "base"  # row id: base, A1..A4, B1, B2, C1..C7, D1..D4, E, big, or a user's own
-    group: str = "base"  # Table 3 group: base, A, B, C, D, E, big, or a user's label
     n_layers: int = 6  # N
     decoder_layers: int | None = None  # the decoder's N where it differs (an option, not a Table 3 row)
     d_model: int = 512
@@ -42,6 +49,21 @@ class ModelConfig:
     relu_dropout: float = 0.0
     max_positions: int = 1024  # learned positions only
     strict_heads: bool = True  # require h * d_v = d_model, as every row of Table 3 has it
+
+
+PAPER_BASE = ArchConfig()
+MIN_VOCAB = 8  # data.vocab_size: below this no corpus fits (4 special pieces: pad, unk, bos, eos)
+
+
+@dataclass
+class ModelConfig(ArchConfig):
+    """One row of Table 3 at the paper's scale; a row file states only what differs from base."""
+
+    name: str = "base"  # row id: base, A1..A4, B1, B2, C1..C7, D1..D4, E, big, or a user's own
+    group: str = "base"  # Table 3 group: base, A, B, C, D, E, big, or a user's label
+    # keys given on the command line (model.KEY=...): taken as they are under any recipe, not as a change
+    # from the paper's base; ablate.run fills it in
+    explicit: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -134,6 +156,9 @@ class TrainerConfig:
     strategy: str = "auto"  # auto (ddp for devices > 1, one process group per job) | ddp | ddp_spawn
     progress_bar: bool = True
     threads: int | None = None  # torch intra-op threads on CPU (None: torch's default)
+    # hydra/launcher=gpus: the device ids the jobs of a sweep share, each job taking `devices` of them
+    # ([]: every GPU of the machine; None: no sharing, the job uses the devices Lightning picks)
+    device_pool: list[int] | None = None
 
 
 @dataclass
@@ -156,6 +181,8 @@ class RunConfig:
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
+    recipe: str = "paper"  # the recipe's name (conf/recipe/); its values are in base, train, data, decode
+    base: ArchConfig = field(default_factory=ArchConfig)  # the recipe's base architecture
     seed: int = 1
     task: str = "translation"  # translation | parsing
     results_dir: str = "results"  # where run folders and records go
@@ -182,44 +209,118 @@ def to_dataclass(cfg: DictConfig | RunConfig) -> RunConfig:
     return obj
 
 
-def _scaled(x: int, factor: float) -> int:
-    """A size under a scale preset: rounded, never below 1 (e.g. d_k 16 x 1/8 -> 2)."""
+def _scaled(x: int | float, factor: float) -> int:
+    """A size under a ratio: rounded, never below 1 (e.g. d_k 16 x 1/8 -> 2)."""
     return max(1, int(round(x * factor)))
 
 
+# How a row's change from the paper's base carries over to another base: sizes by the row's ratio to the
+# paper's base (C's N, d_model, d_ff; B's d_k; big's steps, 3x), every other key by the row's value (P_drop,
+# eps_ls, positions). h: a row that changes h with d_k (A) takes its own h and splits d_model as the paper's
+# row does (h * d_k = d_model); one that keeps d_k (big) has the ratio of heads, each of base's size.
+_RATIO_KEYS = ("n_layers", "d_model", "d_ff", "d_k", "d_v", "train_steps")
+_LABEL_KEYS = ("name", "group", "explicit")
+
+
+def varied(row: ModelConfig) -> list[str]:
+    """The architecture keys a row changes from the paper's base (those given explicitly count too)."""
+    keys = [f.name for f in fields(ArchConfig) if getattr(row, f.name) != getattr(PAPER_BASE, f.name)]
+    return keys + [k for k in row.explicit if k not in keys and k not in _LABEL_KEYS]
+
+
+def row_arch(cfg: RunConfig) -> ArchConfig:
+    """The row carried over to the recipe's base, at the recipe's size (before the scale's ratios). Under
+    the paper's base this is the row itself."""
+    row, base = cfg.model, cfg.base
+    out = {f.name: getattr(base, f.name) for f in fields(ArchConfig)}
+    relative = [k for k in varied(row) if k not in row.explicit]
+    for key in varied(row):
+        mine = getattr(row, key)
+        out[key] = (
+            _scaled(getattr(base, key), mine / getattr(PAPER_BASE, key))
+            if (key in _RATIO_KEYS and key in relative)
+            else mine
+        )
+    if "decoder_layers" in relative:
+        out["decoder_layers"] = _scaled(
+            base.decoder_layers or base.n_layers, row.decoder_layers / row.n_layers
+        )
+    if "n_heads" in relative:
+        if {"d_k", "d_v"} & set(
+            varied(row)
+        ):  # A: the row's h splits d_model as in the paper (h*d_k = d_model)
+            for key in ("d_k", "d_v"):
+                if key not in row.explicit:
+                    out[key] = _scaled(out["d_model"], getattr(row, key) / row.d_model)
+        else:  # big: more heads of base's size
+            out["n_heads"] = _scaled(base.n_heads, row.n_heads / PAPER_BASE.n_heads)
+    return ArchConfig(**out)
+
+
 def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
-    """The row after the scale preset, as the model builds it."""
-    m, s = cfg.model, cfg.scale
-    d_model = _scaled(m.d_model, s.width)
-    if m.positional == "sinusoidal" and d_model % 2:
+    """The row under the recipe's base and the scale's ratios, as the model builds it."""
+    a, s = row_arch(cfg), cfg.scale
+    d_model = _scaled(a.d_model, s.width)
+    if a.positional == "sinusoidal" and d_model % 2:
         d_model += 1
     return TransformerConfig(
         vocab_size=vocab_size,
-        n_layers=_scaled(m.n_layers, s.depth),
-        n_dec_layers=None if m.decoder_layers is None else _scaled(m.decoder_layers, s.depth),
+        n_layers=_scaled(a.n_layers, s.depth),
+        n_dec_layers=None if a.decoder_layers is None else _scaled(a.decoder_layers, s.depth),
         d_model=d_model,
-        d_ff=_scaled(m.d_ff, s.width),
-        n_heads=m.n_heads,
-        d_k=_scaled(m.d_k, s.width),
-        d_v=_scaled(m.d_v, s.width),
-        dropout=m.dropout,
-        attn_dropout=m.attn_dropout,
-        relu_dropout=m.relu_dropout,
-        positional=m.positional,
-        norm=m.norm,
-        max_positions=m.max_positions,
+        d_ff=_scaled(a.d_ff, s.width),
+        n_heads=a.n_heads,
+        d_k=_scaled(a.d_k, s.width),
+        d_v=_scaled(a.d_v, s.width),
+        dropout=a.dropout,
+        attn_dropout=a.attn_dropout,
+        relu_dropout=a.relu_dropout,
+        positional=a.positional,
+        norm=a.norm,
+        max_positions=a.max_positions,
     )
 
 
+def preset_name(cfg: RunConfig) -> str:
+    """The preset a row runs under, as messages and reports name it."""
+    return f"recipe={cfg.recipe} scale={cfg.scale.name}"
+
+
+def check_row_meaning(cfg: RunConfig) -> None:
+    """Refuse a row that the recipe and scale would train as base in a key the row varies (a head count
+    equal to the recipe's, a depth ratio lost to rounding): its cell in Table 3 would show seed noise."""
+    if not varied(cfg.model):
+        return
+    base_cfg = replace(cfg, model=ModelConfig())
+    mine, theirs = effective_model(cfg, 8), effective_model(base_cfg, 8)
+    mine_arch, their_arch = row_arch(cfg), row_arch(base_cfg)
+    for key in varied(cfg.model):
+        if key in cfg.model.explicit:
+            continue  # what the command line sets wins
+        field_name = {"decoder_layers": "n_dec_layers"}.get(key, key)
+        if hasattr(mine, field_name):
+            a, b = getattr(mine, field_name), getattr(theirs, field_name)
+        elif key == "train_steps":
+            a, b = total_steps(cfg), total_steps(base_cfg)
+        else:
+            a, b = getattr(mine_arch, key), getattr(their_arch, key)
+        if a == b:
+            raise ConfigError(
+                f"row {cfg.model.name} under {preset_name(cfg)}: model.{key}={getattr(cfg.model, key)} "
+                f"gives {a}, the same as base's, so the row would not differ from base in {key} "
+                "(choose another recipe or scale, or set the key on the command line)"
+            )
+
+
 def paper_model(cfg: ModelConfig, vocab_size: int = 37_000) -> TransformerConfig:
-    """The row at the paper's size (no scale), for parameter counts."""
+    """The row at the paper's size (no scale, the paper's base), for parameter counts."""
     return effective_model(replace(RunConfig(), model=cfg), vocab_size)
 
 
 def total_steps(cfg: RunConfig) -> int:
     if cfg.train.max_steps is not None:
         return cfg.train.max_steps
-    return max(1, int(round(cfg.model.train_steps * cfg.scale.steps)))
+    return _scaled(row_arch(cfg).train_steps, cfg.scale.steps)
 
 
 def accumulation(cfg: RunConfig) -> int:
@@ -235,6 +336,8 @@ def accumulation(cfg: RunConfig) -> int:
 _CHOICES = {
     "model.positional": ("sinusoidal", "learned"),
     "model.norm": ("post", "pre"),
+    "base.positional": ("sinusoidal", "learned"),
+    "base.norm": ("post", "pre"),
     "data.spm_model_type": ("bpe", "unigram"),
     "data.bpe_dropout_sides": ("both", "src"),
     "train.lr_schedule": ("inverse_sqrt", "cosine"),
@@ -258,24 +361,14 @@ def validate(cfg: RunConfig) -> None:
     for key, allowed in _CHOICES.items():
         if _get(cfg, key) not in allowed:
             raise ConfigError(f"{key}={_get(cfg, key)!r} is not one of {', '.join(allowed)}")
-    m = cfg.model
-    for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "train_steps"):
-        if getattr(m, key) < 1:
-            raise ConfigError(f"model.{key}={getattr(m, key)} must be a positive integer")
-    if m.decoder_layers is not None and m.decoder_layers < 1:
-        raise ConfigError(f"model.decoder_layers={m.decoder_layers} must be a positive integer (or null: N)")
-    for key in ("dropout", "attn_dropout", "relu_dropout"):
-        if not 0.0 <= getattr(m, key) < 1.0:
-            raise ConfigError(f"model.{key}={getattr(m, key)} must be in [0, 1)")
-    if not 0.0 <= m.label_smoothing < 1.0:
-        raise ConfigError(f"model.label_smoothing={m.label_smoothing} must be in [0, 1)")
-    if m.positional == "sinusoidal" and m.d_model % 2:
-        raise ConfigError(f"model.d_model={m.d_model} must be even for sinusoidal positions (3.5)")
-    if m.strict_heads and m.n_heads * m.d_v != m.d_model:
+    _validate_arch(cfg.model, "model")
+    _validate_arch(cfg.base, "base")
+    a = row_arch(cfg)
+    if a.strict_heads and a.n_heads * a.d_v != a.d_model:
         raise ConfigError(
-            f"model.n_heads * model.d_v = {m.n_heads} * {m.d_v} = {m.n_heads * m.d_v} does not fit "
-            f"model.d_model={m.d_model}: every Table 3 row keeps h * d_v = d_model (set model.d_k and "
-            "model.d_v with it, or model.strict_heads=false)"
+            f"model.n_heads * model.d_v = {a.n_heads} * {a.d_v} = {a.n_heads * a.d_v} does not fit "
+            f"model.d_model={a.d_model} (under {preset_name(cfg)}): every Table 3 row has h * d_v = d_model "
+            "(set model.d_k and model.d_v with it, or model.strict_heads=false)"
         )
     for key in ("width", "depth", "steps"):
         if getattr(cfg.scale, key) <= 0:
@@ -299,12 +392,51 @@ def validate(cfg: RunConfig) -> None:
             f"data.bpe_dropout={cfg.data.bpe_dropout} needs data.spm_model_type=bpe "
             f"(sentencepiece reads the value as a sampling temperature for {cfg.data.spm_model_type!r})"
         )
-    if cfg.data.vocab_size < 8:
-        raise ConfigError(f"data.vocab_size={cfg.data.vocab_size} is too small")
+    if cfg.data.vocab_size < MIN_VOCAB:
+        raise ConfigError(
+            f"data.vocab_size={cfg.data.vocab_size} is too small: at least {MIN_VOCAB} (the 4 special pieces "
+            "and the corpus's characters; sentencepiece names the exact minimum for a corpus)"
+        )
     if cfg.decode.beam < 1:
         raise ConfigError(f"decode.beam={cfg.decode.beam} must be at least 1")
     if cfg.trainer.devices < 1 or cfg.trainer.num_nodes < 1:
         raise ConfigError("trainer.devices and trainer.num_nodes must be at least 1")
+    _check_step_tokens(cfg)
+    check_row_meaning(cfg)
+
+
+def step_tokens(cfg: RunConfig) -> int:
+    """The most target tokens one optimizer step can hold: max_tokens on each device, accumulated."""
+    world = cfg.trainer.devices * cfg.trainer.num_nodes
+    return cfg.train.max_tokens * world * accumulation(cfg)
+
+
+def _check_step_tokens(cfg: RunConfig) -> None:
+    """Accumulation cannot go below 1: with many devices one micro-batch each can hold more than
+    train.batch_tokens, and the run would silently train with larger batches than its config says."""
+    t, world = cfg.train, cfg.trainer.devices * cfg.trainer.num_nodes
+    if step_tokens(cfg) > 1.5 * t.batch_tokens:
+        most = max(1, t.batch_tokens // world)
+        raise ConfigError(
+            f"trainer.devices={cfg.trainer.devices} x train.max_tokens={t.max_tokens} gives up to "
+            f"{step_tokens(cfg):,} tokens a step, {step_tokens(cfg) / t.batch_tokens:.1f}x "
+            f"train.batch_tokens={t.batch_tokens:,}: set train.max_tokens={most} or use fewer devices"
+        )
+
+
+def _validate_arch(m: ArchConfig, group: str) -> None:
+    for key in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v", "train_steps"):
+        if getattr(m, key) < 1:
+            raise ConfigError(f"{group}.{key}={getattr(m, key)} must be a positive integer")
+    if m.decoder_layers is not None and m.decoder_layers < 1:
+        raise ConfigError(
+            f"{group}.decoder_layers={m.decoder_layers} must be a positive integer (or null: N)"
+        )
+    for key in ("dropout", "attn_dropout", "relu_dropout", "label_smoothing"):
+        if not 0.0 <= getattr(m, key) < 1.0:
+            raise ConfigError(f"{group}.{key}={getattr(m, key)} must be in [0, 1)")
+    if m.positional == "sinusoidal" and m.d_model % 2:
+        raise ConfigError(f"{group}.d_model={m.d_model} must be even for sinusoidal positions (3.5)")
 
 
 def flat_fields(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -324,6 +456,7 @@ __all__ = [
     "MISSING",
     "ConfigError",
     "RunConfig",
+    "ArchConfig",
     "ModelConfig",
     "DataConfig",
     "TrainConfig",
@@ -334,6 +467,9 @@ __all__ = [
     "to_dataclass",
     "validate",
     "effective_model",
+    "row_arch",
+    "check_row_meaning",
+    "preset_name",
     "paper_model",
     "total_steps",
     "accumulation",

@@ -44,7 +44,12 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
         raise ValueError("no checkpoints to average")
     total: dict[str, torch.Tensor] = {}
     for p in paths:
-        state = torch.load(p, map_location="cpu", weights_only=True)["state_dict"]
+        try:
+            state = torch.load(p, map_location="cpu", weights_only=True)["state_dict"]
+        except Exception as e:  # noqa: BLE001 - a truncated or foreign file: name it, average nothing
+            raise ValueError(
+                f"{p}: unreadable checkpoint ({type(e).__name__}); average fewer or delete it"
+            ) from None
         for k, v in state.items():
             total[k] = total.get(k, 0) + v.double()
     return {k: (v / len(paths)).float() for k, v in total.items()}
@@ -79,61 +84,34 @@ def evaluate_run(
     until_step: int | None = None,
 ) -> dict:
     """Decode `split` with the last checkpoint, or the mean of the last `average` step checkpoints, and
-    score it. With `until_step`, only checkpoints up to that step count (a point of a BLEU-vs-time curve):
-    the hypotheses get their own file and the run's record is left as it is."""
+    score it: BLEU, and for a parsing run EVALB's F1 with the hypotheses as trees. With `until_step`, only
+    checkpoints up to that step count (a point of a BLEU-vs-time curve): the hypotheses get their own file
+    and the run's record is left as it is."""
     import sentencepiece as spm
 
     from ablate.data.datamodule import TranslationData, prepare_corpus
-    from ablate.data.dataset import Encoded
     from ablate.lit import TranslationModule
 
     run_dir = Path(run_dir)
     cfg = load_config(run_dir)
     prepared = prepare_corpus(cfg.data)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
-    if average or until_step is not None:
-        last = until_step if until_step is not None else float("inf")
-        ckpts = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= last][-max(average, 1) :]
-    else:
-        ckpts = [run_dir / "checkpoints" / "last.ckpt"]
-    if not ckpts or not all(p.is_file() for p in ckpts):
-        raise ValueError(f"{run_dir}: no checkpoints to evaluate")
-    state = average_checkpoints(ckpts)
+    ckpts = _checkpoints(run_dir, average, until_step)
     module = TranslationModule(cfg, effective_model(cfg, prepared.meta["vocab_size"]), 1, 1)
-    module.load_state_dict(state)
+    module.load_state_dict(average_checkpoints(ckpts))
     module.eval()
     dm = TranslationData(cfg.data, prepared, cfg.train.max_tokens, 1, cfg.seed)
     dm.setup()
-    if src and ref:
-        from ablate.data.sources import read_lines
-
-        src_lines, refs = read_lines(src), read_lines(ref)
-        dm.splits["custom"] = Encoded.from_ids(sp.encode(src_lines), sp.encode(refs))
-        split = "custom"
-    else:
-        if split not in dm.splits:
-            raise ValueError(f"{run_dir}: the data has no {split!r} split")
-        refs = dm.references(split)
-    hyps: dict[int, str] = {}
-    with torch.no_grad():
-        for b in dm.eval_batches(split):
-            for i, h in zip(b.index.tolist(), module.translate(b)):
-                hyps[i] = sp.decode(h)
-    out = [hyps[i] for i in range(len(refs))]
-    bleu = sacrebleu.metrics.BLEU()
-    score = bleu.corpus_score(out, [refs])
+    split, refs = _split(dm, sp, run_dir, split, src, ref)
+    out = _decode(module, dm, sp, split, len(refs))
     if until_step is not None:
         tag = f"{split}.step{checkpoint_step(ckpts[-1])}.avg{len(ckpts)}"
     else:
         tag = f"{split}.avg{len(ckpts)}" if average else split
     results.atomic_write_text(run_dir / f"{tag}.hyp.txt", "\n".join(out) + "\n")
-    metrics = {
-        f"{split}_bleu": score.score,
-        f"{split}_bleu_signature": str(bleu.get_signature()),
-        f"{split}_bleu_tok": tokenized_bleu(out, refs, cfg.data.tgt_lang),
-        f"{split}_averaged_checkpoints": len(ckpts),
-        f"{split}_sentences": len(out),
-    }
+    metrics = {**_bleu(out, refs, split, cfg.data.tgt_lang), f"{split}_averaged_checkpoints": len(ckpts)}
+    if cfg.task == "parsing" and split != "custom":
+        metrics.update(_parsing(prepared, cfg, dm, split, out, run_dir / f"{tag}.trees.txt"))
     if until_step is not None:
         return {**metrics, "step": checkpoint_step(ckpts[-1])}
     rec = results.read_record(run_dir / results.RECORD_NAME)
@@ -141,6 +119,63 @@ def evaluate_run(
     rec.setdefault("files", {})[f"{split}_hyp"] = f"{tag}.hyp.txt"
     results.atomic_write_json(run_dir / results.RECORD_NAME, rec)
     return metrics
+
+
+def _checkpoints(run_dir: Path, average: int, until_step: int | None) -> list[Path]:
+    if average or until_step is not None:
+        last = until_step if until_step is not None else float("inf")
+        ckpts = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= last][-max(average, 1) :]
+    else:
+        ckpts = [run_dir / "checkpoints" / "last.ckpt"]
+    if not ckpts or not all(p.is_file() for p in ckpts):
+        raise ValueError(f"{run_dir}: no checkpoints to evaluate")
+    return ckpts
+
+
+def _split(dm, sp, run_dir: Path, split: str, src: str | None, ref: str | None) -> tuple[str, list[str]]:
+    """The split to decode and its references: a prepared split, or a source/reference file pair."""
+    if src and ref:
+        from ablate.data.dataset import Encoded
+        from ablate.data.sources import read_lines
+
+        src_lines, refs = read_lines(src), read_lines(ref)
+        dm.splits["custom"] = Encoded.from_ids(sp.encode(src_lines), sp.encode(refs))
+        return "custom", refs
+    if split not in dm.splits:
+        raise ValueError(f"{run_dir}: the data has no {split!r} split")
+    return split, dm.references(split)
+
+
+def _decode(module, dm, sp, split: str, n: int) -> list[str]:
+    hyps: dict[int, str] = {}
+    with torch.no_grad():
+        for b in dm.eval_batches(split):
+            for i, h in zip(b.index.tolist(), module.translate(b)):
+                hyps[i] = sp.decode(h)
+    return [hyps[i] for i in range(n)]
+
+
+def _bleu(out: list[str], refs: list[str], split: str, lang: str) -> dict:
+    bleu = sacrebleu.metrics.BLEU()
+    return {
+        f"{split}_bleu": bleu.corpus_score(out, [refs]).score,
+        f"{split}_bleu_signature": str(bleu.get_signature()),
+        f"{split}_bleu_tok": tokenized_bleu(out, refs, lang),
+        f"{split}_sentences": len(out),
+    }
+
+
+def _parsing(prepared, cfg, dm, split: str, out: list[str], trees_path: Path) -> dict:
+    """EVALB (COLLINS.prm) figures of the decoded trees of a parsing run's split (section 23 for Table 4),
+    and the hypotheses as bracketed trees, one a line, for EVALB itself."""
+    from ablate.parsing.score import figures, score_trees
+    from ablate.parsing.task import gold_trees
+    from ablate.parsing.tree import to_string
+
+    sources = dm.sources_text(split)[: len(out)]
+    result, trees, notes = score_trees(sources, out, gold_trees(prepared.root, split, cfg.data)[: len(out)])
+    results.atomic_write_text(trees_path, "\n".join(to_string(t) for t in trees) + "\n")
+    return {f"{split}_{k}": v for k, v in figures(result, notes).items()}
 
 
 def main(argv: list[str] | None = None) -> int:

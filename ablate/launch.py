@@ -23,10 +23,8 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ablate import results
+from ablate import faults, results
 from ablate.config import RunConfig, to_dataclass
-
-FAULT_ENV = "ABLATE_FAULT_RANK"  # tests: this rank raises at start-up, to exercise the failure path
 
 
 class JobFailed(RuntimeError):
@@ -39,7 +37,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def spawn_job(cfg: RunConfig, out: Path) -> dict:
+def spawn_job(cfg: RunConfig, out: Path, base_env: dict[str, str] | None = None) -> dict:
+    """Start one worker process per device (environment: `base_env`, default this process's), supervise
+    them, and return the job's record."""
     world = cfg.trainer.devices
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "job_config.json"
@@ -49,7 +49,7 @@ def spawn_job(cfg: RunConfig, out: Path) -> dict:
     threads = max(1, (os.cpu_count() or 1) // world) if cfg.trainer.accelerator == "cpu" else None
     for rank in range(world):
         env = dict(
-            os.environ,
+            base_env or os.environ,
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
             WORLD_SIZE=str(world),
@@ -117,19 +117,7 @@ def _mark_failed(cfg: RunConfig, path: Path, reason: str) -> None:
     try:
         rec = results.read_record(path)
     except results.RecordError:
-        rec = {
-            "schema_version": results.SCHEMA_VERSION,
-            "run_id": results.run_id(cfg),
-            "row": cfg.model.name,
-            "group": cfg.model.group,
-            "seed": cfg.seed,
-            "task": cfg.task,
-            "sweep": cfg.sweep_name,
-            "config": asdict(cfg),
-            "metrics": {},
-            "status": "failed",
-            "started": results.now(),
-        }
+        rec = results.new_record(cfg, status="failed")
     if rec["status"] != "finished":
         rec.update(status="failed", reason=reason, finished=results.now())
         results.atomic_write_json(path, rec)
@@ -137,11 +125,10 @@ def _mark_failed(cfg: RunConfig, path: Path, reason: str) -> None:
 
 def worker_main(cfg_path: str) -> None:
     from ablate.data.datamodule import prepare_corpus
-    from ablate.train import run_worker
+    from ablate.worker import run_worker
 
     cfg = to_dataclass(OmegaConf.create(json.loads(Path(cfg_path).read_text())))
-    if os.environ.get(FAULT_ENV) == os.environ.get("RANK"):
-        raise RuntimeError(f"injected fault in rank {os.environ['RANK']} ({FAULT_ENV})")
+    faults.check_start(cfg.model.name)
     run_worker(cfg, prepare_corpus(cfg.data))
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,7 +18,7 @@ import pytorch_lightning as pl
 import sacrebleu
 import torch
 
-from ablate.config import RunConfig
+from ablate.config import RunConfig, row_arch
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
 from ablate.decode import CachedStepper, beam_search, greedy_search
@@ -43,31 +44,45 @@ class EvalAccumulator:
 
 
 class TranslationModule(pl.LightningModule):
-    def __init__(self, cfg: RunConfig, model_cfg: TransformerConfig, total_steps: int, accumulate: int):
+    """Training and dev evaluation of one Transformer. What it decodes against (tokenizer, dev references),
+    the parsing scorer (task=parsing) and the time budget (train.budget_minutes) come in the constructor."""
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        model_cfg: TransformerConfig,
+        total_steps: int,
+        accumulate: int,
+        tokenizer=None,
+        references: list[str] = (),
+        scorer: Callable[[list[str]], dict] | None = None,
+        budget=None,
+    ):
         super().__init__()
         self.cfg, self.total_steps, self.accumulate = cfg, total_steps, accumulate
         self.model = Transformer(model_cfg)
+        self.label_smoothing = row_arch(cfg).label_smoothing  # eps_ls (5.4) of the row under its recipe
+        self.tokenizer, self.references = tokenizer, list(references)  # sentencepiece processor, dev refs
+        self.scorer = scorer  # decoded dev outputs -> {"f1": ...} (EVALB)
+        self.budget = budget  # callbacks.Budget: its `progress` drives the cosine schedule's decay
         self.logits_buffer = LogitsBuffer()
-        self.eval_bleu = False  # set by the caller / schedule: decode the dev set in this validation pass
+        self.eval_bleu = False  # decode the dev set in this validation pass (on_validation_epoch_start)
         self.acc = EvalAccumulator()
         self.last_eval: dict = {}
         self.last_position: tuple[int, int] | None = None  # (epoch, step) of the last finished step
         self._t0 = time.perf_counter()
         self._tokens_since = 0
         self.train_tokens = 0
-        self.tokenizer = None  # sentencepiece processor, set by train()
-        self.references: list[str] = []
         self.n_evals = 0
-        self.time_progress = 0.0  # train.budget_minutes: post-warmup share of the time budget spent (Budget)
+        self._restored_rng: dict = {}
 
     # -- optimization --------------------------------------------------------------------------------------
 
     def lr_at(self, step: int) -> float:
         t, d = self.cfg.train, self.model.cfg.d_model
         if t.lr_schedule == "cosine":
-            return linear_warmup_cosine_lr(
-                step, t.lr_peak, t.warmup_steps, self.total_steps, self.time_progress
-            )
+            progress = self.budget.progress if self.budget else 0.0
+            return linear_warmup_cosine_lr(step, t.lr_peak, t.warmup_steps, self.total_steps, progress)
         return inverse_sqrt_lr(step, d, t.warmup_steps, t.lr_scale)
 
     def configure_optimizers(self):
@@ -89,9 +104,7 @@ class TranslationModule(pl.LightningModule):
         real = b.tgt_out != PAD  # (B, T): the output projection and the loss only for real tokens
         # model.logits (N, V), N = real target tokens, into memory kept between steps (LogitsBuffer)
         logits = self.logits_buffer.project(hidden[real], self.model.embedding.weight)
-        sums = label_smoothed_loss(
-            logits, b.tgt_out[real], self.cfg.model.label_smoothing, PAD, consume_logits=True
-        )
+        sums = label_smoothed_loss(logits, b.tgt_out[real], self.label_smoothing, PAD, consume_logits=True)
         world = self.trainer.world_size if self.trainer else 1
         loss = sums.smoothed * (world * self.accumulate / mb.step_tokens)
         if not torch.isfinite(loss):
@@ -133,6 +146,10 @@ class TranslationModule(pl.LightningModule):
 
     def on_validation_epoch_start(self):
         self.acc = EvalAccumulator()
+        # decode the dev set: at every train.bleu_every-th evaluation during training, always outside fit
+        every = self.cfg.train.bleu_every
+        in_fit = self.trainer is not None and self.trainer.state.fn == "fit"
+        self.eval_bleu = not in_fit or (every > 0 and (self.n_evals + 1) % every == 0)
 
     def validation_step(self, b: Batch, batch_idx):
         hidden = self.model(b.src, b.tgt_in)
@@ -186,6 +203,9 @@ class TranslationModule(pl.LightningModule):
                 }
             )
             self.log("dev/bleu", score.score, rank_zero_only=True)
+            if self.scorer is not None:
+                self.last_eval["parsing"] = self.scorer(hyps)
+                self.log("dev/f1", self.last_eval["parsing"]["f1"], rank_zero_only=True)
         self.n_evals += 1
 
     # -- checkpoint state beyond Lightning's: the data position ---------------------------------------------
@@ -203,6 +223,15 @@ class TranslationModule(pl.LightningModule):
         self.last_position = tuple(state["position"]) if state.get("position") else None
         self.train_tokens = state.get("train_tokens", 0)
         self._restored_rng = state
+
+    def on_train_start(self):
+        """Put back the random state saved with the checkpoint, so that dropout masks after a resume are the
+        ones an uninterrupted run draws (with the data position and optimizer state: exact resumption)."""
+        state = self._restored_rng
+        if state.get("rng_cpu") is not None:
+            torch.set_rng_state(state["rng_cpu"])
+        if state.get("rng_cuda") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng_cuda"])
 
 
 def _gather(acc: EvalAccumulator, world: int) -> EvalAccumulator:

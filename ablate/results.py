@@ -7,6 +7,8 @@ finished, resume it when interrupted.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -21,16 +23,18 @@ RECORD_NAME = "record.json"
 STATUSES = ("running", "finished", "failed")
 
 # Keys that do not change what a run computes.
-_NOT_IDENTITY = {
+NOT_IDENTITY = {
     "results_dir",
     "sweep_name",
     "resume",
     "logger",
     "experiment",
+    "recipe",  # a name: what the recipe sets (base, train, data, decode) is in the identity
     "data.cache_dir",
     "data.num_workers",
     "trainer.progress_bar",
     "trainer.threads",
+    "trainer.device_pool",
     "decode.batch_sentences",
     "train.max_minutes",
 }
@@ -49,7 +53,7 @@ def identity_dict(cfg) -> dict[str, Any]:
     defaults = flat_fields(RunConfig())
     out = {}
     for key, value in flat_fields(cfg).items():
-        if key in _NOT_IDENTITY or key.split(".")[0] in _NOT_IDENTITY:
+        if key in NOT_IDENTITY or key.split(".")[0] in NOT_IDENTITY:
             continue
         if isinstance(value, tuple):
             value = list(value)
@@ -70,6 +74,59 @@ def run_id(cfg) -> str:
 
 def run_dir(cfg) -> Path:
     return Path(cfg.results_dir) / cfg.model.name / run_id(cfg)
+
+
+@contextlib.contextmanager
+def run_lock(folder: Path):
+    """A non-blocking exclusive lock beside a run folder, held while a process runs it and released when
+    that process ends, even by kill -9. Yields whether this process got it."""
+    f = open(folder.parent / f".{folder.name}.lock", "w")
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        f.close()
+
+
+def is_running(folder: Path) -> bool:
+    """Whether a live process holds the run's lock: a record that says `running` without one was left by a
+    process that died (its run resumes when its command runs again)."""
+    path = folder.parent / f".{folder.name}.lock"
+    if not path.is_file():
+        return False
+    with open(path) as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+
+
+def new_record(cfg, status: str = "running", **fields: Any) -> dict[str, Any]:
+    """A run's record as it starts (status running) or as a run rejected before training starts (failed):
+    the one place its fields are named. Training adds metrics, files and timings as it goes."""
+    from dataclasses import asdict
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id(cfg),
+        "row": cfg.model.name,
+        "group": cfg.model.group,
+        "seed": cfg.seed,
+        "status": status,
+        "reason": None,
+        "task": cfg.task,
+        "sweep": cfg.sweep_name,
+        "config": asdict(cfg),
+        "metrics": {},
+        "files": {},
+        "started": now(),
+        **fields,
+    }
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
@@ -120,6 +177,8 @@ def find_records(results_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], 
     for p in sorted(Path(results_dir).rglob(RECORD_NAME)):
         if ".old-" in p.parent.name:  # a folder set aside by resume=false
             continue
+        if "wandb" in p.relative_to(results_dir).parts[:-1]:  # the copy a W&B run holds of its record
+            continue
         try:
             rec = read_record(p)
             rec["_path"] = str(p)
@@ -143,26 +202,36 @@ def git_revision(cwd: str | os.PathLike | None = None) -> str | None:
         return None
 
 
-# The files whose content decides what a run computes (numerics and data); orchestration, logging and
-# the report are left out so that editing them does not mark every finished run stale.
-CODE_FILES = (
-    "model.py",
-    "decode.py",
-    "loss.py",
-    "optim.py",
-    "lit.py",
-    "data/batching.py",
-    "data/dataset.py",
-    "data/builtin.py",
-    "data/tokenizer.py",
+# The package's files that do not decide what a run computes: orchestration, logging, the report. Every
+# other file counts (a new file does too, unless it is added here), so that editing code that changes
+# results marks earlier records stale and editing these does not.
+NOT_RESULT_CODE = (
+    "__init__.py",
+    "devices.py",
+    "faults.py",
+    "launch.py",
+    "report/",
+    "results.py",
+    "rows.py",
+    "run.py",
+    "tracking.py",
+    "train.py",
 )
+
+
+def code_files() -> list[str]:
+    root = Path(__file__).parent
+    names = sorted(p.relative_to(root).as_posix() for p in root.rglob("*.py"))
+    return [
+        n for n in names if not any(n == x or n.startswith(x) or n.endswith("/" + x) for x in NOT_RESULT_CODE)
+    ]
 
 
 def code_hash() -> str:
     """Hash of the result-deciding source files: a record whose code_hash differs from today's is stale."""
     h = hashlib.sha256()
     root = Path(__file__).parent
-    for name in CODE_FILES:
+    for name in code_files():
         h.update(name.encode())
         h.update((root / name).read_bytes())
     return h.hexdigest()[:12]

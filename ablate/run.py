@@ -4,8 +4,9 @@ train(cfg) -> result record."""
 
 from __future__ import annotations
 
+import os
 import sys
-from dataclasses import asdict
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig
@@ -41,25 +42,21 @@ def _record_rejection(dcfg: DictConfig, e: BaseException) -> None:
         if path.is_file():
             return  # training wrote its own record
         results.atomic_write_json(
-            path,
-            {
-                "schema_version": results.SCHEMA_VERSION,
-                "run_id": results.run_id(cfg),
-                "row": cfg.model.name,
-                "group": cfg.model.group,
-                "seed": cfg.seed,
-                "status": "failed",
-                "reason": _first_line(e),
-                "task": cfg.task,
-                "sweep": cfg.sweep_name,
-                "config": asdict(cfg),
-                "metrics": {},
-                "started": results.now(),
-                "finished": results.now(),
-            },
+            path, results.new_record(cfg, "failed", reason=_first_line(e), finished=results.now())
         )
     except Exception:  # noqa: BLE001 - the error itself has been printed; recording it is best effort
         pass
+
+
+def explicit_model_keys(overrides: list[str]) -> list[str]:
+    """The row keys a command line sets (`model.dropout=0.3`): they win over the row's relative meaning
+    under a recipe's own base (config.row_arch)."""
+    keys = []
+    for o in overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key.startswith("model.") and key.count(".") == 1:
+            keys.append(key.removeprefix("model."))
+    return sorted(set(keys))
 
 
 def _first_line(e: BaseException) -> str:
@@ -85,6 +82,9 @@ def main(dcfg: DictConfig) -> float | None:
     multirun = hc.mode.name == "MULTIRUN"
     try:
         cfg = to_dataclass(dcfg)
+        cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(hc.overrides.task)))
+        if hc.runtime.choices.get("hydra/launcher") == "gpus" and cfg.trainer.device_pool is None:
+            cfg.trainer.device_pool = []  # every GPU of the machine (devices.pool)
         if multirun and cfg.sweep_name is None:
             cfg.sweep_name = hc.sweep.dir.rstrip("/").split("/")[-1]
         rec = train(cfg)
@@ -105,5 +105,24 @@ def main(dcfg: DictConfig) -> float | None:
     return m.get("f1") if cfg.task == "parsing" else m.get("dev_bleu")
 
 
+def results_dir_problem(argv: list[str]) -> str | None:
+    """Hydra makes its folder under results_dir before any code of ours runs, so a results_dir it cannot
+    create ends in a traceback of Hydra's: check it first and say it in one line."""
+    value = next((a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("results_dir=")), "results")
+    if "${" in value:
+        return None  # an interpolation: Hydra resolves it
+    existing = Path(value).absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"results_dir={value}: {existing} is a file, not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"results_dir={value}: {existing} is not writable"
+    return None
+
+
 if __name__ == "__main__":
+    if problem := results_dir_problem(sys.argv[1:]):
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     main()

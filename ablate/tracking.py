@@ -63,6 +63,8 @@ def wandb_mode(cfg: LoggerConfig) -> tuple[str, str]:
 def make_logger(
     cfg: LoggerConfig, run_dir: Path, run_id: str, name: str, group: str | None, tags: list[str], config: dict
 ):
+    """The run's logger. W&B: one run per job, job_type "train", in the W&B group logger.group (default:
+    the sweep), with summaries that keep the best dev PPL and BLEU rather than the last."""
     if cfg.kind == "none":
         return False
     if cfg.kind == "csv":
@@ -78,10 +80,11 @@ def make_logger(
         f"[ablate] W&B {mode}: {why}"
         + (f". Upload later with: wandb sync {run_dir}/wandb/offline-run-*" if mode == "offline" else "")
     )
-    return WandbLogger(
+    logger = WandbLogger(
         project=cfg.project,
         entity=cfg.entity,
-        group=group,
+        group=cfg.group or group,
+        job_type="train",
         name=name,
         id=run_id,
         resume="allow",
@@ -90,6 +93,18 @@ def make_logger(
         mode=mode,
         config=config,
     )
+    define_metrics(logger.experiment)
+    return logger
+
+
+# Summaries keep the best value of a curve, not its last (W&B's define_metric); the report run's keys too.
+SUMMARY_GOALS = {"dev/ppl": "min", "dev/bleu": "max", "dev/f1": "max", "train/loss": "min"}
+
+
+def define_metrics(run) -> None:
+    run.define_metric("trainer/global_step")
+    for key, goal in SUMMARY_GOALS.items():
+        run.define_metric(key, step_metric="trainer/global_step", summary=f"{goal},last")
 
 
 def finish(logger, files: list[Path] = ()) -> None:

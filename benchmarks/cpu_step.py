@@ -13,7 +13,7 @@ Random tokens, no padding, dropout 0.1, the loss and optimizer of a real step (b
 batches and ablate step), glibc told to keep freed memory as train.py does; medians of --reps interleaved
 repetitions of --steps steps. Writes JSON lines and a Markdown table:
 
-    python benchmarks/cpu_step.py [--compile] --out benchmarks/results
+    python -m benchmarks.cpu_step [--compile] --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from speed import Ablate, Shape, batch, matmul_peak, time_it, train_flops  # noqa: E402
-
-from ablate.train import _keep_freed_memory  # noqa: E402
+from ablate.hardware import keep_freed_memory
+from benchmarks.speed import Ablate, Shape, batch, matmul_peak, time_it, train_flops
 
 LENGTH = 15  # tokens a sentence: Multi30k's mean target length in 6K pieces is ~15.4
 MATMULS = {"aten::mm", "aten::addmm", "aten::bmm"}
@@ -59,7 +57,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     torch.set_num_threads(2)
-    _keep_freed_memory()  # as a training run does on CPU
+    keep_freed_memory()  # as a training run does on CPU
     peak = matmul_peak(2)
     rows = []
 

@@ -10,7 +10,7 @@ GPU memory. Decoding: beam 4, alpha 0.6, EOS held back until L + 1 steps, senten
 hours for the paper's step counts (100K base, 300K big) on this one GPU; the paper: 8 P100s, 12 hours
 (base) and 3.5 days (big).
 
-    python benchmarks/gpu_speed.py --configs base big --out benchmarks/results/gpu
+    python -m benchmarks.gpu_speed --configs base big --out benchmarks/results/gpu
 """
 
 from __future__ import annotations
@@ -18,22 +18,18 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
+import ablate.loss
+from ablate.decode import CachedStepper, beam_search
+from ablate.loss import label_smoothed_loss
+from ablate.model import Transformer, TransformerConfig, count_parameters
+from ablate.optim import make_adam
+from benchmarks.speed import BOS, EOS, PAD, SHAPES, ForcedLength, Shape, train_flops
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from speed import BOS, EOS, PAD, SHAPES, ForcedLength, Shape, train_flops  # noqa: E402
-
-import ablate.loss  # noqa: E402
-from ablate.decode import CachedStepper, beam_search  # noqa: E402
-from ablate.loss import label_smoothed_loss  # noqa: E402
-from ablate.model import Transformer, TransformerConfig, count_parameters  # noqa: E402
-from ablate.optim import make_adam  # noqa: E402
 
 PAPER_STEPS = {"base": 100_000, "big": 300_000}
 

@@ -10,7 +10,7 @@ of those minutes. `--fairseq-here` adds fairseq's curve measured on the same mac
 the run folder.
 
     python -m ablate.run data=multi30k scale=cpu_multi30k train.keep_checkpoints=100
-    python benchmarks/multi30k_curve.py RESULTS/base/RUN --every 300 --average 5
+    python -m benchmarks.multi30k_curve RESULTS/base/RUN --every 300 --average 5
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from ablate.evaluate import checkpoint_step, evaluate_run, step_checkpoints
 
-from ablate.evaluate import checkpoint_step, evaluate_run, step_checkpoints  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 # fairseq 0.12.2, issue 5's configuration, on a 2-core CPU machine (figures given in the issue).
 FAIRSEQ = [(16, 30.0), (21, 33.8), (32, 36.2), (55, 37.9)]

@@ -14,7 +14,7 @@ interleaved repetitions after warm-up, medians reported:
 Peers run where they import (install them with ../shared/peers/install_peers.sh and run this file with that
 venv's python; ablate is imported from this checkout). Writes JSON lines and a Markdown table:
 
-    python benchmarks/speed.py --configs tiny small base --out benchmarks/results
+    python -m benchmarks.speed --configs tiny small base --out benchmarks/results
 """
 
 from __future__ import annotations
@@ -33,13 +33,12 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from ablate.decode import CachedStepper, UncachedStepper, beam_search
+from ablate.loss import LogitsBuffer, label_smoothed_loss
+from ablate.model import Transformer, TransformerConfig, count_parameters
+from ablate.optim import make_adam
 
-from ablate.decode import CachedStepper, UncachedStepper, beam_search  # noqa: E402
-from ablate.loss import LogitsBuffer, label_smoothed_loss  # noqa: E402
-from ablate.model import Transformer, TransformerConfig, count_parameters  # noqa: E402
-from ablate.optim import make_adam  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PAD, BOS, EOS = 0, 1, 2  # the ids every implementation is given
 

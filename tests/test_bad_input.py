@@ -18,7 +18,8 @@ from ablate.data.batching import BatchingError
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
 from ablate.run import register_configs  # noqa: F401 - registers the schema
-from ablate.train import CheckpointError, train
+from ablate.train import train
+from ablate.worker import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -29,6 +30,7 @@ def cfg_for(tmp_path, *overrides):
             "config",
             overrides=[
                 "scale=tiny",
+                "recipe=tiny",
                 "logger=none",
                 f"results_dir={tmp_path}/results",
                 f"data.cache_dir={tmp_path}/cache",
@@ -188,7 +190,7 @@ def test_corrupted_checkpoint(tmp_path, finished_run):
     src = next(results.run_dir(finished_run[1]).glob("checkpoints/last.ckpt"))
     data = src.read_bytes()
     cfg, _ = _second_run_with(tmp_path, finished_run, lambda p: p.write_bytes(data[: len(data) // 2]))
-    with pytest.raises(CheckpointError, match=r"corrupted or unreadable checkpoint"):
+    with pytest.raises(CheckpointError, match=r"no readable checkpoint \(last.ckpt\)"):
         train(cfg)
 
 
@@ -232,6 +234,7 @@ def test_cli_exits_non_zero_with_one_line(tmp_path, args, expect):
             "-m",
             "ablate.run",
             "scale=tiny",
+            "recipe=tiny",
             "logger=none",
             f"results_dir={tmp_path}/r",
             f"data.cache_dir={tmp_path}/c",

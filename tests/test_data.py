@@ -167,3 +167,53 @@ def test_length_order_pads_less_than_target_then_source():
     new = pad_share(token_batches(s, t, 4096))
     old = pad_share(token_batches(s, t, 4096, order=np.lexsort((s, t))))
     assert new < 0.75 * old
+
+
+def test_a_dev_line_training_would_drop_is_an_error_naming_file_and_line(tmp_path):
+    write(tmp_path / "d.en", ["one", "two", "three"])
+    write(tmp_path / "d.de", ["eins", " ", "drei"])
+    with pytest.raises(DataError, match=r"d\.de:2: empty line in a dev/test file"):
+        read_parallel(str(tmp_path / "d.en"), str(tmp_path / "d.de"), keep_all=True)
+    write(tmp_path / "d.de", ["eins", "zwei", "x" * 2001])
+    with pytest.raises(DataError, match=r"d\.de:3: line of 2,001 characters in a dev/test file"):
+        read_parallel(str(tmp_path / "d.en"), str(tmp_path / "d.de"), keep_all=True)
+    write(tmp_path / "d.de", ["eins", "a b c d e f g h i j k l", "drei"])  # no ratio filter: scored whole
+    assert len(read_parallel(str(tmp_path / "d.en"), str(tmp_path / "d.de"), keep_all=True)) == 3
+
+
+def test_undecodable_training_lines_are_dropped_only_where_the_source_allows(tmp_path):
+    from collections import Counter
+    from pathlib import Path
+
+    from ablate.data.sources import PairSource, clean_pairs
+
+    (tmp_path / "a.en").write_bytes(b"one\ntw\xffo\nthree\n")
+    write(tmp_path / "a.de", ["eins", "zwei", "drei"])
+    dropped = Counter()
+    lenient = PairSource(Path(tmp_path / "a.en"), Path(tmp_path / "a.de"), drop_bad_utf8=True)
+    assert [s for s, _ in clean_pairs(lenient, False, dropped)] == ["one", "three"]
+    assert dropped == {"invalid_utf8": 1}
+    with pytest.raises(DataError, match=r"a\.en:2: invalid UTF-8"):  # dev/test: scored whole
+        list(clean_pairs(lenient, True, Counter()))
+
+
+def test_a_corrupt_gzip_names_its_file_only(tmp_path):
+    write(tmp_path / "a.en", ["one", "two"])
+    (tmp_path / "a.de.gz").write_bytes(gzip.compress(b"eins\nzwei\n")[:-12])
+    with pytest.raises(DataError, match=r"^\S*a\.de\.gz: cannot read"):
+        read_parallel(str(tmp_path / "a.en"), str(tmp_path / "a.de.gz"))
+
+
+@pytest.mark.parametrize("n, k", [(10, 5), (10, 12), (10, 40), (200, 6)])  # (200, 6): sample's set branch
+def test_vocabulary_sample_is_random_sample_of_sources_then_targets(tmp_path, n, k):
+    """Drawn by index while streaming, the sample is the one random.sample takes from the whole list."""
+    import random
+
+    from ablate.data.binarize import Cleaned, vocab_sentences
+
+    src, tgt = [f"s{i}" for i in range(n)], [f"t{i}" for i in range(n)]
+    write(tmp_path / "train.src", src)
+    write(tmp_path / "train.tgt", tgt)
+    cleaned = Cleaned(tmp_path / "train.src", tmp_path / "train.tgt", lines=n, pairs=n)
+    expected = random.Random(3).sample(src + tgt, k) if k < 2 * n else src + tgt
+    assert vocab_sentences(cleaned, k, seed=3) == expected

@@ -20,6 +20,7 @@ def multirun(tmp_path, *overrides, env_extra=None):
         "ablate.run",
         "-m",
         "scale=tiny",
+        "recipe=tiny",
         "logger=none",
         "trainer.accelerator=cpu",
         "trainer.devices=2",

@@ -39,6 +39,7 @@ def test_compound_splitting_as_in_tensor2tensor():
 def test_evaluate_a_run_with_averaging(tmp_path):
     args = [
         "scale=tiny",
+        "recipe=tiny",
         "logger=none",
         "train.checkpoint_every=5",
         f"results_dir={tmp_path}/r",

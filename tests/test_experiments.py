@@ -17,7 +17,8 @@ def cfg(*overrides):
 
 def test_table2_base_is_the_papers_recipe():
     c = cfg("experiment=table2_base")
-    assert (c.model.name, c.data.name, c.scale.name) == ("base", "wmt14_en_de", "paper")
+    assert (c.model.name, c.data.name, c.scale.name, c.recipe) == ("base", "wmt14_en_de", "paper", "paper")
+    assert (c.trainer.accelerator, c.trainer.precision) == ("gpu", "bf16-mixed")
     assert total_steps(c) == 100_000 and c.train.warmup_steps == 4000 and c.data.vocab_size == 37_000
     assert c.train.average_last == 5 and c.decode.beam == 4 and c.decode.alpha == 0.6
     assert (c.decode.max_len_a, c.decode.max_len_b) == (1.0, 50)
@@ -36,22 +37,24 @@ def test_table2_big():
 def test_cpu_table3_keeps_what_rows_vary():
     from ablate.config import effective_model
 
-    a4 = effective_model(cfg("scale=cpu_table3", "model=A4"), 500)
+    a4 = effective_model(cfg("scale=cpu_table3", "recipe=cpu_table3", "model=A4"), 500)
     assert (a4.n_heads, a4.d_k, a4.d_model) == (32, 2, 64)  # h kept, d_k scaled with d_model
-    c1, c3 = (effective_model(cfg("scale=cpu_table3", f"model={r}"), 500) for r in ("C1", "C3"))
+    c1, c3 = (
+        effective_model(cfg("scale=cpu_table3", "recipe=cpu_table3", f"model={r}"), 500) for r in ("C1", "C3")
+    )
     assert (c1.n_layers, c3.n_layers) == (1, 4)  # N 2 and 8 -> 1 and 4: the ratio kept
-    big = cfg("scale=cpu_table3", "model=big")
-    assert total_steps(big) == 3 * total_steps(cfg("scale=cpu_table3"))
+    big = cfg("scale=cpu_table3", "recipe=cpu_table3", "model=big")
+    assert total_steps(big) == 3 * total_steps(cfg("scale=cpu_table3", "recipe=cpu_table3"))
 
 
 def test_multi30k_race_presets():
     from ablate.config import effective_model
 
-    hour = cfg("data=multi30k", "scale=cpu_multi30k")
+    hour = cfg("experiment=multi30k_1h")
     m = effective_model(hour, 8000)
     assert (m.d_model, m.d_ff, m.n_layers, m.n_heads, m.d_k, m.d_v) == (256, 1024, 3, 4, 64, 64)
     assert (m.dropout, total_steps(hour), hour.train.lr_schedule) == (0.2, 4000, "inverse_sqrt")
-    half = cfg("data=multi30k", "scale=cpu_multi30k_30min")
+    half = cfg("experiment=multi30k_30min")
     m30 = effective_model(half, 6000)
     # a smaller model (N 2, d_ff 512); dropout, batches, vocabulary and the (named, non-paper)
     # time-budgeted schedule differ
@@ -69,7 +72,7 @@ def test_multi30k_race_presets():
     assert (half.train.max_tokens, half.train.checkpoint_every) == (1024, 200)
     assert half.train.average_last == 5
     # 55 minutes: the same model and recipe, a longer clock budget, more dropout (over ~28 epochs)
-    long = cfg("data=multi30k", "scale=cpu_multi30k_55min")
+    long = cfg("experiment=multi30k_55min")
     m55 = effective_model(long, 6000)
     assert (m55.d_model, m55.d_ff, m55.n_layers, m55.n_heads, m55.dropout) == (256, 512, 2, 4, 0.2)
     assert (long.data.vocab_size, long.train.lr_schedule, long.train.batch_tokens) == (6000, "cosine", 1024)
@@ -77,7 +80,7 @@ def test_multi30k_race_presets():
     assert long.trainer.precision == "32-true"
     # On a CPU with bf16 units: the same model and P_drop under bf16-mixed, ~1.6x the updates on a Zen 5,
     # dropout on the attention weights and the ReLU output as well (both still 0 in _55min)
-    bf16 = cfg("data=multi30k", "scale=cpu_multi30k_55min_bf16")
+    bf16 = cfg("experiment=multi30k_55min_bf16")
     mb = effective_model(bf16, 6000)
     assert (mb.d_model, mb.d_ff, mb.n_layers, mb.dropout, bf16.trainer.precision) == (
         256,

@@ -142,7 +142,8 @@ def test_lightning_run_on_gpu_bf16_mixed(tmp_path):
     # the precision, and the trained model beats the uniform distribution on dev by far.
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     cmd = [
-        sys.executable, "-m", "ablate.run", "scale=tiny", "logger=none", "trainer.accelerator=gpu",
+        sys.executable, "-m", "ablate.run", "scale=tiny", "recipe=tiny", "logger=none",
+        "trainer.accelerator=gpu",
         "trainer.precision=bf16-mixed", "train.max_steps=60", "scale.width=0.125", "data.vocab_size=300",
         f"results_dir={tmp_path}/results", f"data.cache_dir={tmp_path}/cache",
     ]  # fmt: skip

@@ -64,7 +64,7 @@ def test_cosine_follows_steps_or_the_time_budget_whichever_is_further():
 def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    import ablate.train as tr
+    import ablate.callbacks as tr
 
     now = [0.0]
     saved = []
@@ -74,15 +74,10 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
         strategy=SimpleNamespace(reduce=lambda t, reduce_op: t),
         save_checkpoint=lambda p: saved.append(p.name),
     )
-    module = SimpleNamespace(
-        device=torch.device("cpu"),
-        accumulate=1,
-        time_progress=0.0,
-        cfg=SimpleNamespace(train=SimpleNamespace(warmup_steps=2, checkpoint_every=100)),
-    )
+    module = SimpleNamespace(device=torch.device("cpu"), accumulate=1)
     batch = (SimpleNamespace(micro=0), None)
     clock = tr.TrainClock()
-    b = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock)  # 60 s
+    b = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock, warmup_steps=2, checkpoint_every=100)  # 60 s
     monkeypatch.setattr(tr.time, "perf_counter", lambda: now[0])
     clock.on_train_start(trainer, module)
     b.on_train_start(trainer, module)
@@ -90,20 +85,19 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
         trainer.global_step, now[0] = step, t
         b.on_train_batch_end(trainer, module, None, batch, 0)
         if step == 3:  # warmup ended at step 2, 10 s: 25 of the 50 s left are spent
-            assert b.warm_end_s == 10.0 and module.time_progress == pytest.approx(0.5)
+            assert b.warm_end_s == 10.0 and b.progress == pytest.approx(0.5)
         assert trainer.should_stop == (t >= 60.0)
-    assert module.time_progress == 1.0 and saved == ["step0000005.ckpt"]
+    assert b.progress == 1.0 and saved == ["step0000005.ckpt"]
     assert b.state_dict() == {"warm_end_s": 10.0} and clock.state_dict() == {"time_s": 61.0}
     # a resumed run (checkpoint at 35 s) starts from the clock's progress, not from the step's
     clock2 = tr.TrainClock()
-    again = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock2)
+    again = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock2, warmup_steps=2, checkpoint_every=100)
     clock2.load_state_dict({"time_s": 35.0})
     again.load_state_dict({"warm_end_s": 10.0})
-    module.time_progress = 0.0
     now[0] = 100.0
     clock2.on_train_start(trainer, module)
     again.on_train_start(trainer, module)
-    assert module.time_progress == pytest.approx(0.5) and clock2.state_dict()["time_s"] == 35.0
+    assert again.progress == pytest.approx(0.5) and clock2.state_dict()["time_s"] == 35.0
     # train.max_minutes counts the same clock: 35 s before the restart + 20 s after it > 50 s
     limit = tr.TimeLimit(50 / 60, clock2)
     trainer.should_stop = False
@@ -113,11 +107,6 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
     now[0] = 120.0  # 55 s
     limit.on_train_batch_end(trainer, module, None, batch, 0)
     assert trainer.should_stop
-    # a checkpoint written before the clock was shared: Budget's own time_s restores it
-    clock3 = tr.TrainClock()
-    legacy = tr.Budget(minutes=1.0, ckpt_dir=tmp_path, clock=clock3)
-    legacy.load_state_dict({"time_s": 35.0, "warm_end_s": 10.0})
-    assert clock3.resumed_s == 35.0
 
 
 def test_lightning_module_applies_step_one_first():

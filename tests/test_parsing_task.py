@@ -175,7 +175,7 @@ def test_experiment_configs():
     builtin = job("experiment=wsj_parsing_builtin")
     for line in ("name: cpu_parsing", "treebank_builtin: true", "beam: 4", "d_model: 1024"):
         assert line in builtin, line
-    assert "name: tiny" in job("experiment=wsj_parsing_builtin", "scale=tiny")
+    assert "name: tiny" in job("experiment=wsj_parsing_builtin", "scale=tiny", "recipe=tiny")
 
 
 @pytest.mark.slow
@@ -187,6 +187,7 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
         "ablate.run",
         "experiment=wsj_parsing_builtin",
         "scale=tiny",
+        "recipe=tiny",
         "logger=none",
         f"results_dir={tmp_path}/results",
         f"data.cache_dir={tmp_path}/cache",
@@ -205,7 +206,22 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
     assert m["n"] == rec["data"]["splits"]["dev"]["pairs"]
     cfg = rec["config"]
     assert cfg["decode"]["beam"] == 4 and cfg["decode"]["alpha"] == 0.3 and cfg["decode"]["max_len_b"] == 300
-    assert cfg["model"]["n_layers"] == 4 and cfg["model"]["d_model"] == 1024
+    assert cfg["base"]["n_layers"] == 4 and cfg["base"]["d_model"] == 1024
     assert "dev F1" in p.stdout
     prepared = list((tmp_path / "cache" / "data").glob("*/dev.gold.mrg"))
     assert len(prepared) == 1
+    # Table 4 reports section 23: evaluate decodes the test split, scores it with EVALB's rules and writes
+    # the hypotheses as trees; re-reading those trees and scoring them again gives the recorded F1
+    run = records[0].parent
+    evaluate = [sys.executable, "-m", "ablate.evaluate", str(run), "--split", "test"]
+    q = subprocess.run(evaluate, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert q.returncode == 0, q.stderr[-3000:]
+    m = json.loads(records[0].read_text())["metrics"]
+    assert 0.0 <= m["test_f1"] <= 100.0 and m["test_n"] == rec["data"]["splits"]["test"]["pairs"]
+    assert m["test_n_over_200_brackets"] == 0 and "test_n_error" in m
+    from ablate.parsing.evalb import evalb
+    from ablate.parsing.task import gold_trees, read_trees
+
+    gold = gold_trees(prepared[0].parent, "test")
+    again = evalb(gold, read_trees(run / "test.trees.txt")).summary().fmeasure
+    assert again == pytest.approx(m["test_f1"], abs=1e-9)

@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_run_smoke import run
 
-from ablate import train
+from ablate import hardware
+from ablate.hardware import resolve_precision
 from ablate.loss import label_smoothed_loss
 from ablate.model import Transformer, TransformerConfig
-from ablate.train import resolve_precision
 
 BOS, PAD = 1, 0
 
@@ -31,14 +31,14 @@ def cpuinfo_flags() -> set[str]:
 def test_native_bf16_probe_agrees_with_cpuinfo():
     # torch's probe against the kernel's list of CPU features: AVX512_BF16 or AMX (amx_bf16).
     flags = cpuinfo_flags()
-    assert train.cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
+    assert hardware.cpu_has_native_bf16() == bool({"avx512_bf16", "amx_bf16"} & flags)
 
 
 def test_auto_picks_bf16_only_with_bf16_units(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    monkeypatch.setattr(train, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: True)
     assert resolve_precision("auto", "auto") == "bf16-mixed"
-    monkeypatch.setattr(train, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(hardware, "cpu_has_native_bf16", lambda: False)
     assert resolve_precision("auto", "auto") == "32-true"
     for explicit in ("32-true", "bf16-mixed", "16-mixed"):  # an explicit choice is kept as given
         assert resolve_precision(explicit, "cpu") == explicit

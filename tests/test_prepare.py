@@ -1,4 +1,5 @@
-"""ablate.prepare: WMT14-style sources (fixtures in the real archive layouts) -> Prepared folder."""
+"""Preparing a corpus: WMT14-style sources (fixtures in the real archive layouts) -> prepared folder, the
+vocabulary sample, and the command line (ablate.prepare)."""
 
 import dataclasses
 import gzip
@@ -14,10 +15,11 @@ import pytest
 import sentencepiece as spm
 
 from ablate.config import DataConfig
-from ablate.data import binarize, wmt14
+from ablate.data import binarize, corpora, wmt14
+from ablate.data.corpora import is_prepared
 from ablate.data.dataset import Encoded, collate
 from ablate.data.sources import DataError
-from ablate.prepare import is_prepared, load_config, parse_args, prepare
+from ablate.prepare import load_config, main, parse_args
 
 FIX = Path(__file__).parent / "fixtures" / "wmt"
 VOCAB = 120
@@ -68,14 +70,21 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split("\n")[:-1]
 
 
+def prepare(cfg: DataConfig, log=print) -> Path:
+    return corpora.prepare_corpus(cfg, log).root
+
+
 @pytest.fixture
-def spec(tmp_path):
-    return make_spec(tmp_path / "server")
+def spec(tmp_path, monkeypatch):
+    """The fixture release in place of the real one: data=wmt14_en_de reads it."""
+    spec = make_spec(tmp_path / "server")
+    monkeypatch.setitem(corpora.SOURCES, "wmt14_en_de", corpora.wmt14_source(spec))
+    return spec
 
 
 def test_wmt14_end_to_end_reads_like_the_datamodule(tmp_path, spec):
     log = []
-    out = prepare(config(tmp_path), spec=spec, log=log.append)
+    out = prepare(config(tmp_path), log=log.append)
     assert is_prepared(out) and out.parent == tmp_path / "cache" / "data"
     meta = json.loads((out / "meta.json").read_text())
     train = meta["splits"]["train"]
@@ -113,16 +122,16 @@ def test_wmt14_end_to_end_reads_like_the_datamodule(tmp_path, spec):
 
 def test_second_call_does_nothing(tmp_path, spec):
     cfg = config(tmp_path)
-    out = prepare(cfg, spec=spec, log=lambda m: None)
+    out = prepare(cfg, log=lambda m: None)
     before = {p: p.stat().st_mtime_ns for p in out.iterdir()}
     for p in (tmp_path / "cache" / "raw" / "wmt14_en_de").glob("*.tgz"):
         p.unlink()  # the raw downloads are not needed once prepared
     log = []
-    assert prepare(cfg, spec=spec, log=log.append) == out
+    assert prepare(cfg, log=log.append) == out
     assert log == [f"{out}: already prepared, nothing to do"]
     assert {p: p.stat().st_mtime_ns for p in out.iterdir()} == before
     # a prepared folder given as data.root is used as is
-    assert prepare(config(tmp_path, root=str(out)), spec=spec, log=lambda m: None) == out
+    assert prepare(config(tmp_path, root=str(out)), log=lambda m: None) == out
 
 
 def test_a_crash_while_encoding_leaves_nothing_trusted(tmp_path, spec, monkeypatch):
@@ -135,24 +144,23 @@ def test_a_crash_while_encoding_leaves_nothing_trusted(tmp_path, spec, monkeypat
             raise RuntimeError("killed")
         return sp.encode(batch)
 
-    monkeypatch.setattr(binarize, "_encode_chunk", boom)
-    with pytest.raises(RuntimeError, match="killed"):
-        prepare(cfg, spec=spec, log=lambda m: None)
+    with monkeypatch.context() as m, pytest.raises(RuntimeError, match="killed"):
+        m.setattr(binarize, "_encode_chunk", boom)
+        prepare(cfg, log=lambda m: None)
     data = tmp_path / "cache" / "data"
     assert not list(data.rglob("meta.json")) and not list(data.glob(".tmp-*"))
     assert not [p for p in data.iterdir() if p.is_dir()]
-    monkeypatch.undo()
-    out = prepare(cfg, spec=spec, log=lambda m: None)
+    out = prepare(cfg, log=lambda m: None)
     assert is_prepared(out) and json.loads((out / "meta.json").read_text())["splits"]["train"]["pairs"] == 15
 
 
 def test_a_stale_temporary_folder_is_never_trusted(tmp_path, spec):
     cfg = config(tmp_path)
-    out = prepare(cfg, spec=spec, log=lambda m: None)
+    out = prepare(cfg, log=lambda m: None)
     stale = out.parent / f".tmp-{out.name}-dead"
     stale.mkdir()
     (out / "meta.json").unlink()  # as if the folder had been left incomplete
-    assert prepare(cfg, spec=spec, log=lambda m: None) == out
+    assert prepare(cfg, log=lambda m: None) == out
     assert is_prepared(out) and not stale.exists()
 
 
@@ -177,10 +185,11 @@ def test_line_count_mismatch_names_both_files(tmp_path):
     assert not list((tmp_path / "cache" / "data").rglob("meta.json"))
 
 
-def test_a_file_short_of_its_expected_count_is_an_error(tmp_path, spec):
+def test_a_file_short_of_its_expected_count_is_an_error(tmp_path, spec, monkeypatch):
     spec = dataclasses.replace(spec, parts=(dataclasses.replace(spec.parts[0], lines=9),) + spec.parts[1:])
+    monkeypatch.setitem(corpora.SOURCES, "wmt14_en_de", corpora.wmt14_source(spec))
     with pytest.raises(DataError, match=r"europarl-v7\.de-en\.en: 8 lines, expected 9"):
-        prepare(config(tmp_path), spec=spec, log=lambda m: None)
+        prepare(config(tmp_path), log=lambda m: None)
     assert not (tmp_path / "cache" / "raw" / "wmt14_en_de" / "europarl-v7.de-en.en").exists()
 
 
@@ -299,8 +308,8 @@ def test_command_line_forms():
     "dev_de, message",
     [
         (b"eins\n\ndrei\n", r"dev\.de:2: empty line in a dev/test file"),
-        (b"eins\nzwei\ndr\xe9i\n", r"dev\.de:3: invalid UTF-8 in a dev/test file"),
-        (b"eins\n" + b"x" * 2001 + b"\ndrei\n", r"dev\.de:2: line over 2,000 characters"),
+        (b"eins\nzwei\ndr\xe9i\n", r"dev\.de:3: invalid UTF-8"),
+        (b"eins\n" + b"x" * 2001 + b"\ndrei\n", r"dev\.de:2: line of 2,001 characters .*at most 2,000"),
     ],
 )
 def test_a_bad_dev_line_is_an_error_naming_file_and_line(tmp_path, dev_de, message):
@@ -317,3 +326,49 @@ def test_a_bad_dev_line_is_an_error_naming_file_and_line(tmp_path, dev_de, messa
     }
     with pytest.raises(DataError, match=message):
         prepare(config(tmp_path, name="files", **files), log=lambda m: None)
+
+
+def test_the_command_line_and_training_prepare_one_folder(tmp_path, capsys):
+    d = tmp_path / "in"
+    d.mkdir()
+    words = ["a b c", "d e f g", "h i", "j k l m n", "o p q"]
+    for split, n in (("train", 60), ("dev", 5)):
+        (d / f"{split}.en").write_text("".join(f"{words[i % 5]} {i}\n" for i in range(n)))
+        (d / f"{split}.de").write_text("".join(f"{words[(i + 1) % 5]} {i}\n" for i in range(n)))
+    args = ["data=files", "data.vocab_size=40", f"data.cache_dir={tmp_path / 'cache'}"] + [
+        f"data.{split}_{side}={d / f'{split}.{lang}'}"
+        for split in ("train", "dev")
+        for side, lang in (("src", "en"), ("tgt", "de"))
+    ]
+    assert main(args) == 0
+    printed = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    cfg = load_config(*parse_args(args))
+    log = []
+    assert corpora.prepare_corpus(cfg, log.append).root == printed  # what training asks for
+    assert log == [f"{printed}: already prepared, nothing to do"]
+    corpus = corpora.load_corpus(cfg)  # the in-memory view is the text the builder wrote
+    assert corpus.key == json.loads((printed / "meta.json").read_text())["corpus_key"]
+    for split in ("train", "dev"):
+        assert corpus.splits[split].src == lines(printed / f"{split}.src.txt")
+        assert corpus.splits[split].tgt == lines(printed / f"{split}.tgt.txt")
+
+
+def test_an_unknown_data_name_is_a_config_error_naming_the_key(tmp_path):
+    from ablate.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"data\.name='wmt15' is not one of builtin, files, multi30k"):
+        prepare(config(tmp_path, name="wmt15"))
+
+
+def test_no_data_module_imports_the_command_line():
+    import ast
+
+    for path in (Path(__file__).resolve().parents[1] / "ablate" / "data").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names] + [str(node.module)]
+            else:
+                continue
+            assert "ablate.prepare" not in names, path

@@ -15,6 +15,7 @@ import pytest
 from ablate.report import collect as collect_mod
 from ablate.report.__main__ import main
 from ablate.report.stats import corpus_bleu
+from ablate.results import run_lock
 
 GOLDEN = Path(__file__).parent / "golden" / "table3.md"
 TODAY = "c0dec0dec0de"
@@ -238,7 +239,24 @@ def fixture_dir(tmp_path, monkeypatch):
     make_fixture(tmp_path)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
-    return tmp_path
+    running = next((tmp_path / "results" / "C1").glob("*-s1"))
+    with run_lock(running) as held:  # C1 s1 is being run by a live process (this one)
+        assert held
+        yield tmp_path
+
+
+def test_a_running_record_whose_process_is_gone_is_interrupted(tmp_path, monkeypatch, capsys):
+    """A record left `running` by a killed process (nobody holds its run's lock) does not hide its cell:
+    the table says interrupted and --missing-command runs it again (the run resumes from its checkpoint)."""
+    make_fixture(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    main(["table3", *ARGS, "--no-plots"])
+    c1 = [ln for ln in (tmp_path / "reports" / "table3.md").read_text().splitlines() if "| (C) C1 |" in ln]
+    assert "interrupted s1 (its process is gone; rerun to resume) |" in c1[0]
+    capsys.readouterr()
+    assert main(["table3", *ARGS, "--missing-command", "--rows", "C1", "--seeds", "1"]) == 0
+    assert capsys.readouterr().out.strip().startswith("python -m ablate.run -m model=C1 seed=1 ")
 
 
 ARGS = [
@@ -327,14 +345,19 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     res = tmp_path / "results"
     _write_run(res, "base", 1, extra_metrics={"test_bleu": 26.1, "test_bleu_tok": 26.9})
     _write_run(res, "base", 2, extra_metrics={"test_bleu": 26.5, "test_bleu_tok": 27.1})
-    _write_run(res, "parse4", 1, task="parsing", extra_metrics={"f1": 90.0})
+    _write_run(
+        res, "parse4", 1, task="parsing", extra_metrics={"f1": 90.0, "test_f1": 91.0, "test_n_error": 2}
+    )
+    _write_run(res, "parse5", 1, task="parsing", extra_metrics={"f1": 89.5})  # not yet decoded on 23
     assert main(["table2", "--results", "results", "--out", "t2.md", "--quiet"]) == 0
     t2 = Path("t2.md").read_text()
     assert "| ours: base | 26.30 ± 0.28 |  | 27.00 ± 0.14 | 1.2e15 | 27.3 | -1.00 |" in t2
     assert "| Transformer (big) | 28.4 | 41.8 |" in t2
     assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
     t4 = Path("t4.md").read_text()
-    assert "| ours: parse4 | WSJ only discriminative (data=builtin) | 90.00 | 91.3 | -1.30 |" in t4
+    assert "| ours: parse4 | WSJ only discriminative (data=builtin) | 91.00 | 91.3 | -0.30 |" in t4
+    assert "EVALB errors 2, over 200 brackets 0" in t4
+    assert "| ours: parse5 | WSJ only discriminative (data=builtin) | 89.50 (dev 22) |  |  |" in t4
     assert "| Dyer et al. (2016) [8] | generative | 93.3 |" in t4
 
 

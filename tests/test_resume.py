@@ -15,6 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ARGS = [
     "scale=tiny",
+    "recipe=tiny",
     "logger=none",
     "train.max_steps=40",
     "train.checkpoint_every=5",
@@ -108,6 +109,31 @@ def test_kill_9_then_same_command_gives_identical_metrics(tmp_path, reference, a
 
 
 @pytest.mark.slow
+def test_a_truncated_last_checkpoint_resumes_from_the_newest_readable_one(tmp_path, reference):
+    """kill -9 can leave last.ckpt cut short (a copy, a disk full): the run goes on from the newest step
+    checkpoint that loads, drops the curve rows after it, and still ends with the uninterrupted metrics."""
+    p = start_and_interrupt(tmp_path, signal.SIGKILL, 25)
+    assert p.returncode == -signal.SIGKILL
+    ckpts = next(Path(tmp_path).rglob("checkpoints"))
+    last = ckpts / "last.ckpt"
+    last.write_bytes(last.read_bytes()[:1000])
+    newest = max(int(c.stem[4:]) for c in ckpts.glob("step*.ckpt"))
+    q = subprocess.run(cmd(tmp_path, "train.checkpoint_every=10"), cwd=ROOT, env=env(), capture_output=True,
+                       text=True, timeout=300)  # fmt: skip
+    assert q.returncode == 0, q.stderr[-2000:]
+    assert (
+        f"step{newest:07d}.ckpt (step {newest})" in q.stdout and "skipped unreadable checkpoint" in q.stdout
+    )
+    rec = record(tmp_path)
+    assert (
+        rec["status"] == "finished" and rec["metrics"]["dev_nll_sum"] == reference["metrics"]["dev_nll_sum"]
+    )
+    rows = [json.loads(r) for r in next(Path(tmp_path).rglob("curves.jsonl")).read_text().splitlines()]
+    train_steps = [r["step"] for r in rows if "train_loss" in r or "lr" in r]
+    assert train_steps == sorted(set(train_steps))  # no step written twice
+
+
+@pytest.mark.slow
 def test_sigterm_checkpoints_within_seconds_and_resumes_exactly(tmp_path, reference):
     t = time.time()
     p = start_and_interrupt(tmp_path, signal.SIGTERM, 13)
@@ -129,7 +155,7 @@ def test_sigterm_checkpoints_within_seconds_and_resumes_exactly(tmp_path, refere
 def test_curve_time_goes_on_from_the_checkpoint():
     # curves.jsonl's time_s is training wall clock across restarts: the TrainClock callback's state (saved
     # in checkpoints by Lightning) carries the seconds trained so far into the resumed process.
-    from ablate.train import TrainClock
+    from ablate.callbacks import TrainClock
 
     before = TrainClock()
     before.t0 = time.perf_counter() - 100.0  # 100 s of training so far

@@ -23,6 +23,7 @@ def run(tmp_path, *overrides):
         "-m",
         "ablate.run",
         "scale=tiny",
+        "recipe=tiny",
         "logger=none",
         f"results_dir={tmp_path}/results",
         f"data.cache_dir={tmp_path}/cache",

@@ -114,6 +114,19 @@ def test_the_training_stream_collates_the_epochs_segmentation(prepared, tmp_path
         assert batch.tgt_out[r, : int(enc.tgt_lens[i])].tolist() == pieces(enc, "tgt", i)
 
 
+def test_resume_position_given_to_the_constructor_or_set_later(prepared):
+    cfg = DataConfig(builtin_train=400, builtin_dev=20, builtin_test=20, vocab_size=300)
+    given = TranslationData(cfg, prepared, max_tokens=300, accumulate=1, seed=4, resume_position=(0, 2))
+    later = TranslationData(cfg, prepared, max_tokens=300, accumulate=1, seed=4)
+    later.resume_position = (0, 2)
+    firsts = []
+    for dm in (given, later):
+        dm.setup()
+        mb, _ = next(iter(dm.train_dataloader()))
+        firsts.append((mb.epoch, mb.step, mb.indices.tolist()))
+    assert firsts[0] == firsts[1] and firsts[0][:2] == (0, 3)
+
+
 def test_the_option_leaves_the_prepared_corpus_alone():
     a = DataConfig(name="multi30k", root="/x", vocab_size=6000)
     b = DataConfig(name="multi30k", root="/x", vocab_size=6000, bpe_dropout=0.1, bpe_dropout_sides="src")

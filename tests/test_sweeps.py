@@ -142,13 +142,15 @@ def _sweeper_run(tmp_path, arguments, params=None, max_batch_size=None):
 
 
 def test_sweeper_makes_the_cartesian_product_and_keeps_basic_sweeper_options(tmp_path):
-    batches = _sweeper_run(tmp_path, ["model=A,B,C", "seed=1,2", "scale=tiny"], max_batch_size=5)
+    batches = _sweeper_run(
+        tmp_path, ["model=A,B,C", "seed=1,2", "scale=tiny", "recipe=tiny"], max_batch_size=5
+    )
     jobs = [j for b in batches for j in b]
     assert [len(b) for b in batches] == [5, 5, 5, 5, 5, 1]  # max_batch_size kept
     assert jobs[:3] == [
-        ["model=A1", "seed=1", "scale=tiny"],
-        ["model=A1", "seed=2", "scale=tiny"],
-        ["model=A2", "seed=1", "scale=tiny"],
+        ["model=A1", "seed=1", "scale=tiny", "recipe=tiny"],
+        ["model=A1", "seed=2", "scale=tiny", "recipe=tiny"],
+        ["model=A2", "seed=1", "scale=tiny", "recipe=tiny"],
     ]
     assert [j[0] for j in jobs[::2]] == [f"model={r}" for r in A + B + C]
     # hydra.sweeper.params (what the experiment configs use): groups there too; the command line wins.
@@ -236,6 +238,7 @@ def test_group_sweep_end_to_end(tmp_path):
         "-m",
         "model=B",
         "scale=tiny",
+        "recipe=tiny",
         "logger=none",
         f"results_dir={tmp_path}/results",
         f"data.cache_dir={tmp_path}/cache",

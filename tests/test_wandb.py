@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from wandb_offline import summary
 
 from ablate.config import LoggerConfig
 from ablate.tracking import wandb_mode
-from ablate.wandb_offline import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -57,6 +57,7 @@ def test_offline_run_holds_config_and_metrics(tmp_path):
         "-m",
         "ablate.run",
         "scale=tiny",
+        "recipe=tiny",
         "logger=wandb",
         f"results_dir={tmp_path}/r",
         f"data.cache_dir={tmp_path}/cache",
@@ -76,3 +77,8 @@ def test_offline_run_holds_config_and_metrics(tmp_path):
     assert s["summary"]["final/dev_bleu"] == pytest.approx(rec["metrics"]["dev_bleu"], abs=1e-9)
     assert any("dev/ppl" in h for h in s["history"]) and any("train/loss" in h for h in s["history"])
     assert json.loads((runs[0] / "files" / "record.json").read_text())["run_id"] == rec["run_id"]
+    # what a dashboard filters and groups on, and summaries that keep the best dev figures
+    assert s["run"]["job_type"] == "train"
+    assert (s["config"]["table3_row"], s["config"]["table3_group"]) == ("base", "base")
+    assert s["config"]["paper_dev_ppl"] == 4.92 and s["config"]["paper_dev_bleu"] == 25.8
+    assert {"min", "last"} <= s["metrics"]["dev/ppl"] and {"max", "last"} <= s["metrics"]["dev/bleu"]

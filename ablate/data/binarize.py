@@ -1,26 +1,23 @@
-"""Streaming preparation of a large parallel corpus into the Prepared folder layout (ablate.data.datamodule):
-spm.model, {split}.npz (Encoded: int32 tokens + int64 offsets), {split}.{src,tgt}.txt, meta.json.
+"""The one builder of a prepared corpus, streaming, for every data source (ablate.data.corpora): spm.model,
+{split}.npz (Encoded: int32 tokens + int64 offsets), {split}.{src,tgt}.txt, meta.json.
 
-Memory stays bounded by the chunk size and the vocabulary sample, not by the corpus:
+Memory stays bounded by the chunk size and the vocabulary sample, not by the corpus (WMT14: 4.5M pairs):
 
-  pass 1  read the line-aligned sources in lockstep; decode, clean and count; write the kept pairs to
-          temporary text; reservoir-sample at most `spm_sentences` training sentences (both sides)
-  vocab   learn the shared sentencepiece model on the sample (tokenizer.load_or_train: cached, locked)
+  pass 1  clean each split into temporary text, one pair a line: file pairs are read in lockstep and
+          cleaned (sources.clean_pairs); pairs held in memory (built-in corpus, treebank) are written as
+          they are
+  vocab   learn the shared sentencepiece model on the training sentences, or on a sample of
+          spm_sentences of them (tokenizer.load_or_train: cached, locked)
   pass 2  encode the cleaned text in chunks; drop training pairs over max_len; append tokens and lengths to
           raw temporary files and the kept text to the final text files
   npz     write each split's arrays into an uncompressed .npz by copying the raw files in chunks
 
 Everything is written inside a temporary folder next to the destination; meta.json is written last and the
 folder is renamed into place, so a crash leaves nothing a later call trusts.
-
-Bad data is counted, never fatal inside a corpus: invalid UTF-8 (either side), empty or whitespace-only
-sides, sides over max_chars, word-length ratio over max_len_ratio, and (training only) pairs over max_len
-wordpieces. Files whose line counts differ are an error naming both.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import math
@@ -34,24 +31,15 @@ import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from ablate.data.sources import MAX_CHARS, DataError, drop_reason, open_binary
-from ablate.data.tokenizer import load_or_train, vocab_key
+from ablate.data.sources import MAX_CHARS, SPLITS, DataError, PairSource, Split, clean_pairs
+from ablate.data.tokenizer import load_or_train, model_path, vocab_key
 
-SPLITS = ("train", "dev", "test")
 Log = Callable[[str], None]
-
-
-@dataclass(frozen=True)
-class PairSource:
-    """A line-aligned pair of text files (.gz allowed); `lines` is the expected count when known."""
-
-    src: Path
-    tgt: Path
-    lines: int | None = None
 
 
 @dataclass
@@ -62,79 +50,26 @@ class Settings:
     spm_sentences: int = 1_000_000
     max_len: int = 256  # wordpieces, either side (training only)
     max_len_ratio: float = 9.0  # word-length ratio (training only)
-    max_chars: int = MAX_CHARS  # characters, either side (training only)
+    max_chars: int = MAX_CHARS  # characters, either side
     src_lang: str = "en"
     tgt_lang: str = "de"
-    seed: int = 0
+    seed: int = 0  # of the vocabulary sample
     chunk: int = 50_000  # pairs encoded at a time
     threads: int = field(default_factory=lambda: os.cpu_count() or 1)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Sampling
+@dataclass
+class Inputs:
+    """What a data source hands the builder."""
 
-
-class Reservoir:
-    """A uniform sample of at most k items from a stream of unknown length (Li's algorithm L: O(k) memory,
-    few random draws)."""
-
-    def __init__(self, k: int, seed: int = 0):
-        self.k, self.items, self.seen = k, [], 0
-        self.rng = random.Random(seed)
-        self._w = 1.0
-        self._next = -1
-
-    def _skip(self) -> None:
-        self._w *= math.exp(math.log(1.0 - self.rng.random()) / self.k)
-        gap = math.floor(math.log(1.0 - self.rng.random()) / math.log1p(-self._w)) if self._w < 1 else 0
-        self._next += gap + 1
-
-    def add(self, item) -> None:
-        i = self.seen
-        self.seen += 1
-        if i < self.k:
-            self.items.append(item)
-            if i == self.k - 1:
-                self._next = i
-                self._skip()
-        elif i == self._next:
-            self.items[self.rng.randrange(self.k)] = item
-            self._skip()
+    splits: dict[str, list[PairSource] | Split]  # train and dev required; file pairs are concatenated
+    corpus_key: str  # names the content: the vocabulary is cached under it
+    meta: dict = field(default_factory=dict)  # more meta.json entries (where the text came from)
+    write_extras: Callable[[Path], None] | None = None  # more files for the folder (parsing: gold trees)
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Pass 1: read, clean, count
-
-
-def read_pairs(source: PairSource) -> Iterator[tuple[bytes, bytes]]:
-    """Raw line pairs in lockstep; a DataError names both files when their line counts differ, or when they
-    differ from the expected count."""
-    n = 0
-    try:
-        with open_binary(source.src) as fs, open_binary(source.tgt) as ft:
-            for sb in fs:
-                tb = ft.readline()
-                if not tb:
-                    rest = sum(1 for _ in fs)
-                    raise DataError(
-                        f"{source.src} has {n + 1 + rest} lines but {source.tgt} has {n}: "
-                        "the files must be line-aligned"
-                    )
-                n += 1
-                yield sb, tb
-            rest = sum(1 for _ in ft)
-            if rest:
-                raise DataError(
-                    f"{source.src} has {n} lines but {source.tgt} has {n + rest}: "
-                    "the files must be line-aligned"
-                )
-    except (OSError, EOFError) as e:  # truncated or corrupt gzip
-        raise DataError(f"{source.src} / {source.tgt}: cannot read ({e})") from None
-    if source.lines is not None and n != source.lines:
-        raise DataError(
-            f"{source.src} and {source.tgt} have {n} lines, expected {source.lines}: incomplete or not the "
-            "expected release (delete them to fetch them again)"
-        )
+# Pass 1: clean
 
 
 @dataclass
@@ -144,72 +79,66 @@ class Cleaned:
     lines: int = 0  # pairs read
     pairs: int = 0  # pairs kept
     dropped: Counter = field(default_factory=Counter)
-    sha256: str = ""  # of the raw input bytes
 
 
-def clean(
-    sources: list[PairSource],
-    out_src: Path,
-    out_tgt: Path,
-    filter_train: bool,
-    st: Settings,
-    sample: Reservoir | None = None,
-) -> Cleaned:
-    """Pass 1 for one split. Training pairs that fail a check are dropped and counted. Dev/test sets
-    (filter_train False) are scored whole, so there a bad line (invalid UTF-8, empty, over max_chars) is an
-    error naming its file and line, as datamodule.check_heldout_files does; no length-ratio filter."""
-    res = Cleaned(out_src, out_tgt)
-    h = hashlib.sha256()
-    max_chars = st.max_chars
-    ratio = st.max_len_ratio if filter_train else math.inf
-    dropped = res.dropped
+def clean_split(given: list[PairSource] | Split, work: Path, name: str, st: Settings) -> Cleaned:
+    """Pass 1 for one split: its kept pairs into work/{name}.src and work/{name}.tgt, one a line."""
+    res = Cleaned(work / f"{name}.src", work / f"{name}.tgt")
+    if isinstance(given, Split):
+        pairs: Iterator[tuple[str, str]] = zip(given.src, given.tgt)
+        res.dropped.update(given.dropped)
+    else:
+        heldout = name != "train"
+        read = (clean_pairs(p, heldout, res.dropped, st.max_chars, st.max_len_ratio) for p in given)
+        pairs = itertools.chain.from_iterable(read)
     kw = {"encoding": "utf-8", "newline": "\n", "buffering": 1 << 20}
-    with open(out_src, "w", **kw) as fs, open(out_tgt, "w", **kw) as ft:
-        for source in sources:
-            for lineno, (sb, tb) in enumerate(read_pairs(source), start=1):
-                h.update(sb)
-                h.update(tb)
-                res.lines += 1
-                try:
-                    s, t = sb.decode("utf-8").strip(), tb.decode("utf-8").strip()
-                except UnicodeDecodeError:
-                    if not filter_train:
-                        raise _heldout_error(source, lineno, not _decodes(sb), "invalid UTF-8") from None
-                    dropped["invalid_utf8"] += 1
-                    continue
-                reason = drop_reason(s, t, max_chars, ratio)
-                if reason and not filter_train:  # dev/test: no ratio filter, so empty or too long
-                    what = "empty line" if reason == "empty" else f"line over {max_chars:,} characters"
-                    src_bad = not s if reason == "empty" else len(s) > max_chars
-                    raise _heldout_error(source, lineno, src_bad, what)
-                if reason:
-                    dropped[reason] += 1
-                    continue
-                if "\r" in s:  # a lone CR inside a line would split it when the text is read back
-                    s = s.replace("\r", " ")
-                if "\r" in t:
-                    t = t.replace("\r", " ")
-                fs.write(s + "\n")
-                ft.write(t + "\n")
-                res.pairs += 1
-                if sample is not None:
-                    sample.add(s)
-                    sample.add(t)
-    res.sha256 = h.hexdigest()
+    with open(res.src, "w", **kw) as fs, open(res.tgt, "w", **kw) as ft:
+        for s, t in pairs:
+            fs.write(_one_line(s))
+            ft.write(_one_line(t))
+            res.pairs += 1
+    res.lines = res.pairs + sum(res.dropped.values())
+    if res.pairs == 0:
+        where = given[0].src if isinstance(given, list) and given else f"the {name} split"
+        raise DataError(f"{where}: no usable sentence pairs in the {name} split")
     return res
 
 
-def _heldout_error(source: PairSource, lineno: int, src_bad: bool, what: str) -> DataError:
-    path = source.src if src_bad else source.tgt
-    return DataError(f"{path}:{lineno}: {what} in a dev/test file (every line is scored)")
+def _one_line(s: str) -> str:
+    # A lone CR inside a line would split it where the text is read back with universal newlines.
+    return (s.replace("\r", " ") if "\r" in s else s) + "\n"
 
 
-def _decodes(b: bytes) -> bool:
-    try:
-        b.decode("utf-8")
-        return True
-    except UnicodeDecodeError:
-        return False
+# ----------------------------------------------------------------------------------------------------------
+# Vocabulary sample
+
+
+def vocab_sentences(train: Cleaned, k: int, seed: int) -> list[str]:
+    """The sentences the vocabulary is learned on: every training sentence, sources then targets, or when
+    there are more than k, random.Random(seed).sample(k) of that list. The sample is drawn by index (the
+    same indices sample() takes from the list itself) so that only the k chosen sentences are read into
+    memory."""
+    n = 2 * train.pairs
+    lines = _read_text((train.src, train.tgt))
+    if n <= k:
+        return list(lines)
+    chosen = np.array(random.Random(seed).sample(range(n), k))
+    order = np.argsort(chosen)
+    wanted = chosen[order].tolist() + [n]  # ascending, with a sentinel
+    out: list[str] = [""] * k
+    j = 0
+    for i, line in enumerate(lines):
+        if i == wanted[j]:
+            out[order[j]] = line
+            j += 1
+    return out
+
+
+def _read_text(paths: tuple[Path, ...]) -> Iterator[str]:
+    for path in paths:
+        with open(path, encoding="utf-8", newline="\n") as f:
+            for line in f:
+                yield line[:-1]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -360,105 +289,16 @@ def load_npz_mmap(path: str | os.PathLike) -> dict[str, np.ndarray]:
 # The whole build
 
 
-def build(
-    out: Path,
-    splits: dict[str, list[PairSource]],
-    st: Settings,
-    corpus_key: str | None = None,
-    log: Log = print,
-    extra_meta: dict | None = None,
-) -> Path:
-    """Prepare `splits` (train and dev required) into the folder `out`, atomically. corpus_key names the
-    content for the shared vocabulary cache; by default the sha256 of all input bytes."""
+def build(out: Path, inputs: Inputs, st: Settings, log: Log = print) -> Path:
+    """Prepare `inputs` into the folder `out`, atomically."""
     for need in ("train", "dev"):
-        if not splits.get(need):
-            raise DataError(f"no {need} files given")
+        if not inputs.splits.get(need):
+            raise DataError(f"no {need} data given")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".tmp-{out.name}-"))
-    work = tmp / ".work"
-    work.mkdir()
-    seconds: dict[str, float] = {}
     try:
-        t0 = time.perf_counter()
-        sample = Reservoir(st.spm_sentences, st.seed)
-        cleaned: dict[str, Cleaned] = {}
-        for name in SPLITS:
-            if name not in splits:
-                continue
-            c = clean(
-                splits[name],
-                work / f"{name}.src",
-                work / f"{name}.tgt",
-                filter_train=name == "train",
-                st=st,
-                sample=sample if name == "train" else None,
-            )
-            cleaned[name] = c
-            log(f"{name}: read {c.lines:,} pairs, kept {c.pairs:,}{_dropped_text(c.dropped)}")
-            if c.pairs == 0:
-                raise DataError(f"{splits[name][0].src}: no usable sentence pairs in the {name} split")
-        seconds["read_clean"] = time.perf_counter() - t0
-
-        key = (
-            corpus_key
-            or hashlib.sha256("".join(c.sha256 for c in cleaned.values()).encode()).hexdigest()[:16]
-        )
-        t0 = time.perf_counter()
-        log(f"vocabulary: {st.model_type} {st.vocab_size} on {len(sample.items):,} sampled sentences")
-        sp = load_or_train(
-            st.cache_dir, key, sample.items, st.vocab_size, st.model_type, st.spm_sentences, st.seed
-        )
-        n_sample = len(sample.items)
-        del sample
-        (tmp / "spm.model").write_bytes(sp.serialized_model_proto())
-        seconds["vocab"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        meta = {
-            "corpus_key": key,
-            "vocab_size": sp.get_piece_size(),
-            "src_lang": st.src_lang,
-            "tgt_lang": st.tgt_lang,
-            "vocab_key": vocab_key(key, st.vocab_size, st.model_type, st.spm_sentences),
-            "splits": {},
-        }
-        for name, c in cleaned.items():
-            enc = encode_split(sp, c, work, tmp, name, st, st.max_len if name == "train" else None)
-            dropped = dict(c.dropped)
-            if enc.over_max_len:
-                dropped["over_max_len"] = enc.over_max_len
-            meta["splits"][name] = {
-                "pairs": enc.pairs,
-                "dropped": dropped,
-                "src_tokens": enc.src_tokens,
-                "tgt_tokens": enc.tgt_tokens,
-                "lines": c.lines,
-            }
-            if enc.over_max_len:
-                log(f"{name}: dropped {enc.over_max_len:,} pairs over {st.max_len} wordpieces")
-            log(f"{name}: {enc.pairs:,} pairs, {enc.src_tokens:,} + {enc.tgt_tokens:,} wordpieces")
-            c.src.unlink()
-            c.tgt.unlink()
-        seconds["encode"] = time.perf_counter() - t0
-        meta["sources"] = {
-            name: [{"src": str(p.src), "tgt": str(p.tgt), "lines": p.lines} for p in splits[name]]
-            for name in cleaned
-        }
-        meta["settings"] = {
-            "vocab_size": st.vocab_size,
-            "model_type": st.model_type,
-            "spm_sentences": st.spm_sentences,
-            "spm_sampled": n_sample,
-            "max_len": st.max_len,
-            "max_len_ratio": st.max_len_ratio,
-            "max_chars": st.max_chars,
-        }
-        meta["seconds"] = {k: round(v, 1) for k, v in seconds.items()}
-        meta["prepared_by"] = "ablate.prepare"
-        meta.update(extra_meta or {})
-        shutil.rmtree(work)
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))  # last: the folder is complete
+        _build_into(tmp, inputs, st, log)
         if out.exists():  # an incomplete folder (no meta.json) from something else: never trusted
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -466,6 +306,88 @@ def build(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _build_into(tmp: Path, inputs: Inputs, st: Settings, log: Log) -> None:
+    work = tmp / ".work"
+    work.mkdir()
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    cleaned: dict[str, Cleaned] = {}
+    for name in SPLITS:
+        if name in inputs.splits:
+            c = cleaned[name] = clean_split(inputs.splits[name], work, name, st)
+            log(f"{name}: read {c.lines:,} pairs, kept {c.pairs:,}{_dropped_text(c.dropped)}")
+    seconds["read_clean"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    key = inputs.corpus_key
+    n_sample = min(st.spm_sentences, 2 * cleaned["train"].pairs)
+    log(f"vocabulary: {st.model_type} {st.vocab_size} on {n_sample:,} training sentences")
+    sample = partial(vocab_sentences, cleaned["train"], st.spm_sentences, st.seed)
+    sp = load_or_train(st.cache_dir, key, sample, st.vocab_size, st.model_type, st.spm_sentences)
+    vkey = vocab_key(key, st.vocab_size, st.model_type, st.spm_sentences)
+    shutil.copyfile(model_path(st.cache_dir, vkey), tmp / "spm.model")
+    seconds["vocab"] = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    splits = {name: _encode(sp, c, work, tmp, name, st, log) for name, c in cleaned.items()}
+    seconds["encode"] = time.perf_counter() - t0
+    shutil.rmtree(work)
+    if inputs.write_extras is not None:
+        inputs.write_extras(tmp)
+    meta = {
+        "corpus_key": key,
+        "vocab_size": sp.get_piece_size(),
+        "src_lang": st.src_lang,
+        "tgt_lang": st.tgt_lang,
+        "vocab_key": vkey,
+        "splits": splits,
+        "sources": _sources_meta(inputs),
+        "settings": _settings_meta(st, n_sample),
+        "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        **inputs.meta,
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))  # last: the folder is complete
+
+
+def _encode(sp, c: Cleaned, work: Path, tmp: Path, name: str, st: Settings, log: Log) -> dict:
+    """Pass 2 for one split; its meta.json entry."""
+    enc = encode_split(sp, c, work, tmp, name, st, st.max_len if name == "train" else None)
+    dropped = dict(c.dropped)
+    if enc.over_max_len:
+        dropped["over_max_len"] = enc.over_max_len
+        log(f"{name}: dropped {enc.over_max_len:,} pairs over {st.max_len} wordpieces")
+    log(f"{name}: {enc.pairs:,} pairs, {enc.src_tokens:,} + {enc.tgt_tokens:,} wordpieces")
+    c.src.unlink()
+    c.tgt.unlink()
+    return {
+        "pairs": enc.pairs,
+        "dropped": dropped,
+        "src_tokens": enc.src_tokens,
+        "tgt_tokens": enc.tgt_tokens,
+        "lines": c.lines,
+    }
+
+
+def _sources_meta(inputs: Inputs) -> dict:
+    return {
+        name: [{"src": str(p.src), "tgt": str(p.tgt), "lines": p.lines} for p in given]
+        for name, given in inputs.splits.items()
+        if isinstance(given, list)
+    }
+
+
+def _settings_meta(st: Settings, n_sample: int) -> dict:
+    return {
+        "vocab_size": st.vocab_size,
+        "model_type": st.model_type,
+        "spm_sentences": st.spm_sentences,
+        "spm_sampled": n_sample,
+        "max_len": st.max_len,
+        "max_len_ratio": st.max_len_ratio,
+        "max_chars": st.max_chars,
+    }
 
 
 def _dropped_text(dropped: Counter) -> str:

@@ -1,7 +1,9 @@
-"""Where parallel text comes from: the built-in corpus, line-aligned files (gzip too), Multi30k, WMT14.
+"""Reading parallel text: line-aligned file pairs (gzip too), the cleaning rule, the built-in corpus.
 
-Reading is strict and counted: mismatched line counts are an error naming both files; invalid UTF-8 is an
-error naming file and line; empty pairs, over-long pairs and extreme length ratios are dropped and counted.
+Reading is strict and counted: mismatched line counts are an error naming both files; a training pair that
+is empty, over-long or of extreme length ratio is dropped and counted; a dev/test line that training would
+drop is an error naming its file and line, since dev/test sets are scored whole. Invalid UTF-8 is an error
+naming file and line, except in sources that allow dropping it (PairSource.drop_bad_utf8).
 """
 
 from __future__ import annotations
@@ -11,16 +13,34 @@ import hashlib
 import os
 import zlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+
+SPLITS = ("train", "dev", "test")
+MAX_CHARS = 2000  # a side longer than this is dropped from training, and an error in dev/test
 
 
 class DataError(ValueError):
     """Bad input data; the message names the file (and line)."""
 
 
+@dataclass(frozen=True)
+class PairSource:
+    """A line-aligned pair of text files (.gz allowed); `lines` is the expected count when known.
+    drop_bad_utf8: a training line that does not decode is dropped and counted instead of an error (a
+    downloaded release such as WMT14's Common Crawl holds a few, and cannot be fixed by hand)."""
+
+    src: Path
+    tgt: Path
+    lines: int | None = None
+    drop_bad_utf8: bool = False
+
+
 @dataclass
 class Split:
+    """Sentence pairs held in memory, already clean (a generated corpus, a treebank's text)."""
+
     src: list[str]
     tgt: list[str]
     dropped: Counter = field(default_factory=Counter)  # reason -> count
@@ -32,7 +52,7 @@ class Split:
 @dataclass
 class Corpus:
     splits: dict[str, Split]  # train, dev, and test when there is one
-    key: str  # content hash: the vocabulary and the binarized cache are keyed by it
+    key: str  # content hash: the vocabulary is cached under it
     src_lang: str = "en"
     tgt_lang: str = "de"
 
@@ -47,29 +67,59 @@ def open_binary(path: str | os.PathLike):
         raise DataError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
+def _raw_lines(path: str | os.PathLike) -> Iterator[bytes]:
+    """The lines of a file, newline kept; a corrupt or truncated gzip is an error naming the file."""
+    with open_binary(path) as f:
+        try:
+            yield from f
+        except (OSError, EOFError, zlib.error) as e:
+            raise DataError(f"{path}: cannot read ({e})") from None
+
+
 def read_lines(path: str | os.PathLike) -> list[str]:
     """Lines without their newline, decoded one by one so that bad UTF-8 is reported with its line."""
     out = []
-    with open_binary(path) as f:
+    for lineno, raw in enumerate(_raw_lines(path), start=1):
         try:
-            for lineno, raw in enumerate(f, start=1):
-                try:
-                    out.append(raw.decode("utf-8").rstrip("\n").rstrip("\r"))
-                except UnicodeDecodeError as e:
-                    raise DataError(
-                        f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
-                    ) from None
-        except (OSError, EOFError, zlib.error) as e:  # truncated or corrupt gzip
-            raise DataError(f"{path}: cannot read ({e})") from None
+            out.append(raw.decode("utf-8").rstrip("\n").rstrip("\r"))
+        except UnicodeDecodeError as e:
+            raise _utf8_error(path, lineno, e) from None
     return out
 
 
-MAX_CHARS = 2000  # a side longer than this is dropped from training, and an error in dev/test
+def _utf8_error(path, lineno: int, e: UnicodeDecodeError) -> DataError:
+    return DataError(f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})")
+
+
+def read_pairs(source: PairSource) -> Iterator[tuple[bytes, bytes]]:
+    """Raw line pairs in lockstep; a DataError names both files when their line counts differ, or when they
+    differ from the expected count."""
+    src, tgt = _raw_lines(source.src), _raw_lines(source.tgt)
+    n = 0
+    for sb in src:
+        tb = next(tgt, None)
+        if tb is None:
+            raise _misaligned(source, n + 1 + sum(1 for _ in src), n)
+        n += 1
+        yield sb, tb
+    rest = sum(1 for _ in tgt)
+    if rest:
+        raise _misaligned(source, n, n + rest)
+    if source.lines is not None and n != source.lines:
+        raise DataError(
+            f"{source.src} and {source.tgt} have {n} lines, expected {source.lines}: incomplete or not the "
+            "expected release (delete them to fetch them again)"
+        )
+
+
+def _misaligned(source: PairSource, n_src: int, n_tgt: int) -> DataError:
+    return DataError(
+        f"{source.src} has {n_src} lines but {source.tgt} has {n_tgt}: the files must be line-aligned"
+    )
 
 
 def drop_reason(s: str, t: str, max_chars: int = MAX_CHARS, max_ratio: float = 9.0) -> str | None:
-    """Why a (stripped) training pair is dropped: 'empty', 'too_long', 'length_ratio', or None to keep it.
-    The one rule for the in-memory reader here and the streaming one (binarize.clean)."""
+    """Why a (stripped) training pair is dropped: 'empty', 'too_long', 'length_ratio', or None to keep it."""
     if not s or not t:
         return "empty"
     if len(s) > max_chars or len(t) > max_chars:
@@ -80,90 +130,114 @@ def drop_reason(s: str, t: str, max_chars: int = MAX_CHARS, max_ratio: float = 9
     return None
 
 
+def check_heldout(source: PairSource, lineno: int, s: str, t: str, max_chars: int = MAX_CHARS) -> None:
+    """A dev/test pair is scored whole, so a side that training would drop (empty, or over max_chars) is
+    an error naming its file and line. No length-ratio check: a scored pair is never dropped."""
+    for path, line in ((source.src, s), (source.tgt, t)):
+        if not line:
+            raise DataError(f"{path}:{lineno}: empty line in a dev/test file (every line is scored)")
+        if len(line) > max_chars:
+            raise DataError(
+                f"{path}:{lineno}: line of {len(line):,} characters in a dev/test file "
+                f"(at most {max_chars:,})"
+            )
+
+
 def clean_pairs(
-    src: list[str],
-    tgt: list[str],
-    src_name: str,
-    tgt_name: str,
+    source: PairSource,
+    heldout: bool,
+    dropped: Counter,
     max_chars: int = MAX_CHARS,
     max_ratio: float = 9.0,
-) -> Split:
-    """Drop and count the pairs `drop_reason` rejects."""
-    if len(src) != len(tgt):
-        raise DataError(
-            f"{src_name} has {len(src)} lines but {tgt_name} has {len(tgt)}: the files must be line-aligned"
-        )
-    split = Split([], [])
-    for s, t in zip(src, tgt):
-        s, t = s.strip(), t.strip()
-        reason = drop_reason(s, t, max_chars, max_ratio)
-        if reason:
-            split.dropped[reason] += 1
+) -> Iterator[tuple[str, str]]:
+    """The kept pairs of one file pair, stripped, streamed. Training pairs that `drop_reason` rejects are
+    counted in `dropped`; dev/test pairs (heldout) go through `check_heldout` instead."""
+    for lineno, (sb, tb) in enumerate(read_pairs(source), start=1):
+        try:
+            s = sb.decode("utf-8").strip()
+            t = tb.decode("utf-8").strip()
+        except UnicodeDecodeError as e:
+            if source.drop_bad_utf8 and not heldout:
+                dropped["invalid_utf8"] += 1
+                continue
+            path = source.src if not _decodes(sb) else source.tgt
+            raise _utf8_error(path, lineno, e) from None
+        if heldout:
+            check_heldout(source, lineno, s, t, max_chars)
         else:
+            reason = drop_reason(s, t, max_chars, max_ratio)
+            if reason:
+                dropped[reason] += 1
+                continue
+        yield s, t
+
+
+def _decodes(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def read_split(pairs: list[PairSource], heldout: bool, max_ratio: float = 9.0) -> Split:
+    """File pairs read into memory, one after another, cleaned as the builder cleans them."""
+    split = Split([], [])
+    for pair in pairs:
+        for s, t in clean_pairs(pair, heldout, split.dropped, max_ratio=max_ratio):
             split.src.append(s)
             split.tgt.append(t)
     return split
 
 
 def read_parallel(src_path: str, tgt_path: str, keep_all: bool = False, max_ratio: float = 9.0) -> Split:
-    """A line-aligned pair of files. Dev/test sets keep every non-empty line (keep_all) so that scores
-    cover the whole set; training data is filtered."""
-    src, tgt = read_lines(src_path), read_lines(tgt_path)
-    ratio = float("inf") if keep_all else max_ratio
-    max_chars = 10**9 if keep_all else MAX_CHARS
-    split = clean_pairs(src, tgt, str(src_path), str(tgt_path), max_chars=max_chars, max_ratio=ratio)
+    """A line-aligned pair of files in memory: training data (the default) is filtered; dev/test sets
+    (keep_all) keep every line, and a line that cannot be kept is an error."""
+    split = read_split([PairSource(Path(src_path), Path(tgt_path))], keep_all, max_ratio)
     if not split.src:
         raise DataError(f"{src_path}: no usable sentence pairs (empty corpus)")
     return split
 
 
-def file_digest(paths: list[str]) -> str:
+def file_digest(paths: list[str | os.PathLike]) -> str:
+    """The content key of a file corpus: names and bytes of its files, in order."""
     h = hashlib.sha256()
     for p in paths:
         h.update(str(Path(p).name).encode())
-        with open(p, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        try:
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+        except FileNotFoundError:
+            raise DataError(f"{p}: no such file") from None
+        except OSError as e:
+            raise DataError(f"{p}: cannot read ({e.strerror or e})") from None
     return h.hexdigest()[:16]
 
 
 def builtin_corpus(n_train: int, n_dev: int, n_test: int, seed: int) -> Corpus:
+    """The generated corpus (ablate/data/builtin.py); its key covers the generator's code and sizes."""
     from ablate.data import builtin
 
     splits = builtin.builtin_splits(n_train, n_dev, n_test, seed)
     code = Path(builtin.__file__).read_bytes()
     key = hashlib.sha256(code + f"{n_train},{n_dev},{n_test},{seed}".encode()).hexdigest()[:16]
-    return Corpus({k: Split([s for s, _ in v], [t for _, t in v]) for k, v in splits.items()}, key)
-
-
-def files_corpus(
-    paths: dict[str, tuple[str, str]], src_lang: str, tgt_lang: str, max_ratio: float = 9.0
-) -> Corpus:
-    """paths: split -> (source file, target file); 'train' and 'dev' are required."""
-    for need in ("train", "dev"):
-        if need not in paths:
-            raise DataError(f"data.{need}_src / data.{need}_tgt must be given for data=files")
-    splits = {
-        name: read_parallel(s, t, keep_all=name != "train", max_ratio=max_ratio)
-        for name, (s, t) in paths.items()
-    }
-    key = file_digest([p for pair in paths.values() for p in pair])
-    return Corpus(splits, key, src_lang, tgt_lang)
+    return Corpus({k: Split([s for s, _ in v], [t for _, t in v]) for k, v in splits.items() if v}, key)
 
 
 MULTI30K_FILES = {"train": "train", "dev": "val", "test": "test_2016_flickr"}
 
 
-def multi30k_corpus(root: str, src_lang: str = "en", tgt_lang: str = "de") -> Corpus:
+def multi30k_pairs(root: str, src_lang: str = "en", tgt_lang: str = "de") -> dict[str, PairSource]:
     """A local folder of the standard Multi30k task-1 raw files: train/val/test_2016_flickr.{en,de}[.gz]."""
-    paths = {}
+    pairs = {}
     for split, stem in MULTI30K_FILES.items():
-        pair = []
+        found = []
         for lang in (src_lang, tgt_lang):
             cands = [Path(root) / f"{stem}.{lang}.gz", Path(root) / f"{stem}.{lang}"]
-            found = next((c for c in cands if c.is_file()), None)
-            if found is None:
+            path = next((c for c in cands if c.is_file()), None)
+            if path is None:
                 raise DataError(f"{cands[0]}: no such file (data.root should hold the Multi30k raw files)")
-            pair.append(str(found))
-        paths[split] = tuple(pair)
-    return files_corpus(paths, src_lang, tgt_lang)
+            found.append(path)
+        pairs[split] = PairSource(*found)
+    return pairs

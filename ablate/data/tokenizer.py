@@ -6,9 +6,9 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
-import random
 import shutil
 import tempfile
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -37,31 +37,31 @@ def vocab_key(corpus_key: str, vocab_size: int, model_type: str, n_sentences: in
     return hashlib.sha256(f"{corpus_key}|{vocab_size}|{model_type}|{n_sentences}".encode()).hexdigest()[:16]
 
 
+def model_path(cache_dir: str, key: str) -> Path:
+    """Where the model of vocab_key `key` is cached."""
+    return Path(cache_dir) / "spm" / key / "spm.model"
+
+
 def load_or_train(
     cache_dir: str,
     corpus_key: str,
-    sentences: list[str],
+    sentences: Callable[[], list[str]],
     vocab_size: int,
     model_type: str = "bpe",
     max_sentences: int = 2_000_000,
-    seed: int = 0,
 ) -> spm.SentencePieceProcessor:
     """Return the model at <cache>/spm/<key>/spm.model, learning it first if absent (atomically: learn in a
-    temporary folder, then rename)."""
+    temporary folder, then rename). `sentences` gives the (at most max_sentences) sentences to learn on;
+    it is called only when the model is learned, since gathering them reads the training text."""
     key = vocab_key(corpus_key, vocab_size, model_type, max_sentences)
-    final = Path(cache_dir) / "spm" / key
-    model_path = final / "spm.model"
+    path = model_path(cache_dir, key)
     with file_lock(Path(cache_dir) / "spm" / f".{key}.lock"):
-        if not model_path.is_file():
-            _train(final, sentences, vocab_size, model_type, max_sentences, seed)
-    return spm.SentencePieceProcessor(model_file=str(model_path))
+        if not path.is_file():
+            _train(path.parent, sentences(), vocab_size, model_type, max_sentences)
+    return spm.SentencePieceProcessor(model_file=str(path))
 
 
-def _train(
-    final: Path, sentences: list[str], vocab_size: int, model_type: str, max_sentences: int, seed: int
-) -> None:
-    if len(sentences) > max_sentences:
-        sentences = random.Random(seed).sample(sentences, max_sentences)
+def _train(final: Path, sentences: list[str], vocab_size: int, model_type: str, max_sentences: int) -> None:
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=".tmp-"))
     try:

@@ -16,6 +16,12 @@ standard ``COLLINS.prm`` parameters, which this module reproduces in plain Pytho
 ``LABELED 1``
     A test bracket matches a gold bracket with the same span and an equal label.
 
+Where this scorer goes on and EVALB does not: EVALB stops with no summary after 10 error sentences
+(``COLLINS.prm``'s ``MAX_ERROR 10``) and crashes on a tree of over 200 brackets; this scorer scores every
+sentence. Next to F1 it reports ``n_error`` (EVALB's error sentences: past 10, EVALB would have printed
+no figure) and ``n_over_200_brackets`` (sentences EVALB could not read), so that a figure EVALB would not
+have given is visible as such.
+
 Further rules of EVALB (``evalb.c``) that are reproduced:
 
 * preterminals are never brackets; every constituent is, the root spanning the sentence

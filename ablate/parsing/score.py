@@ -24,7 +24,7 @@ from .evalb import EvalbResult, evalb
 from .linearize import delinearize_with_report
 from .tree import Tree, clean, read_mrg, words
 
-__all__ = ["score_predictions", "score_trees", "main"]
+__all__ = ["score_predictions", "score_trees", "figures", "main"]
 
 
 def score_trees(
@@ -54,10 +54,15 @@ def score_predictions(sources: list[str], predictions: list[str], gold: list[Tre
     needed at least one repair to become a tree over the source words).
     """
     result, _, notes = score_trees(sources, predictions, gold)
-    return _figures(result, notes)
+    return figures(result, notes)
 
 
-def _figures(result: EvalbResult, notes: list[list[str]]) -> dict:
+EVALB_MAX_BRACKETS = 200  # evalb.c crashes on a tree with more
+
+
+def figures(result: EvalbResult, notes: list[list[str]]) -> dict:
+    """The record's parsing figures: EVALB's summary (all and len <= 40), its counts, and what EVALB itself
+    would have refused (error sentences past MAX_ERROR 10; trees of over 200 brackets)."""
     full, short = result.summary(), result.summary(result.params.cutoff_len)
     return {
         "f1": full.fmeasure,
@@ -73,6 +78,9 @@ def _figures(result: EvalbResult, notes: list[list[str]]) -> dict:
         "n_error": full.n_error,
         "n_skip": full.n_skip,
         "n_repaired": sum(1 for n in notes if n),
+        "n_over_200_brackets": sum(
+            max(x.gold_brackets, x.test_brackets) > EVALB_MAX_BRACKETS for x in result.sentences
+        ),
     }
 
 
@@ -97,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.details:
         print(result.format())
-    print(json.dumps(_figures(result, notes), indent=2, sort_keys=True))
+    print(json.dumps(figures(result, notes), indent=2, sort_keys=True))
     return 0
 
 

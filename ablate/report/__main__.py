@@ -1,9 +1,11 @@
-"""python -m ablate.report [table3|table2|table4|params] [options]
+"""python -m ablate.report [table3|table2|table4|params|dashboard] [options]
 
 table3 (default)  the Table 3 variations table from result records, with statistics, plots, gap and cost
 table2            test BLEU (sacreBLEU and tokenized) beside the paper's Table 2
 table4            parsing F1 beside the paper's Table 4
 params            every row's parameter count at the paper's scale beside the paper's column
+dashboard         a W&B Report for a sweep: saved online; offline, its spec and the commands that publish it
+                  (options: python -m ablate.report dashboard --help)
 """
 
 from __future__ import annotations
@@ -47,7 +49,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--conf", default=None, help="folder of row YAMLs (default: the project's conf/model)")
-    p.add_argument("--scale", default=None, help="use records of this scale preset (default: the base's)")
+    p.add_argument(
+        "--preset",
+        "--scale",
+        dest="scale",
+        default=None,
+        help="use records of this preset: 'recipe+scale', or one name where both agree (default: the base's)",
+    )
     p.add_argument("--sweep", default=None, help="use only records of this sweep")
     p.add_argument("--rows", default=None, help="comma-separated rows (default: all paper rows + extras)")
     p.add_argument(
@@ -77,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "dashboard":  # its own options: W&B entity and project, the spec's path
+        from ablate.report.dashboard import main as dashboard
+
+        return dashboard(argv[1:])
     cmd = argv.pop(0) if argv and argv[0] in COMMANDS else "table3"
     args = _parser().parse_args(argv)
     if cmd == "params":
@@ -85,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         results = _results_dir(args)
     except NotImplementedError as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    if args.results is not None and not results.is_dir():  # nothing is written over an existing report
+        print(f"error: --results {args.results}: no such folder", file=sys.stderr)
         return 2
     from ablate.report.collect import collect
 

@@ -6,6 +6,7 @@ training code. Corrupted records become warnings that name the file.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from dataclasses import asdict, dataclass, field, fields
@@ -16,10 +17,11 @@ import numpy as np
 
 from ablate.config import ModelConfig
 from ablate.report import paper
-from ablate.results import code_hash, find_records
+from ablate.results import code_hash, find_records, is_running
+from ablate.rows import ordered, resolve_row
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
-_STATUS_RANK = {"finished": 0, "running": 1, "failed": 2}
+_STATUS_RANK = {"finished": 0, "running": 1, "interrupted": 2, "failed": 3}
 MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 
 
@@ -28,21 +30,22 @@ MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 
 
 def load_row_model(path: str | Path) -> ModelConfig:
-    """A row file: `defaults: [base, _self_]` plus the keys that differ. The defaults list is ignored; the
-    keys are merged over ModelConfig's structured defaults (which are base)."""
+    """A row file as Hydra composes it (rows.resolve_row: the rows on its defaults list, then its keys),
+    over ModelConfig's structured defaults (which are base)."""
     from omegaconf import OmegaConf
 
     path = Path(path)
-    raw = OmegaConf.load(path)
-    d = OmegaConf.to_container(raw, resolve=True) or {}
-    if not isinstance(d, dict):
-        raise ValueError(f"{path}: a row file must be a mapping")
-    d.pop("defaults", None)
-    if set(d) == {"model"} and isinstance(d["model"], dict):  # '# @package _global_' style
-        d = d["model"]
+
+    def load(name: str) -> dict | None:
+        f = path.with_name(f"{name}.yaml")
+        d = OmegaConf.to_container(OmegaConf.load(f), resolve=True) if f.is_file() else None
+        if d is not None and not isinstance(d, dict):
+            raise ValueError(f"{f}: a row file must be a mapping")
+        return d
+
+    d = resolve_row(path.stem, load)
     d.setdefault("name", path.stem)
-    merged = OmegaConf.merge(OmegaConf.structured(ModelConfig), d)
-    obj = OmegaConf.to_object(merged)
+    obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(ModelConfig), d))
     assert isinstance(obj, ModelConfig)
     return obj
 
@@ -70,7 +73,7 @@ def row_configs(conf_dir: str | Path | None = None) -> RowConfigs:
         if row not in models:
             models[row] = ModelConfig(**pr.model_dict())
             source[row] = "paper"
-    order = paper.row_order(models)
+    order = ordered(models)
     return RowConfigs({r: models[r] for r in order}, {r: source[r] for r in order}, errors)
 
 
@@ -91,9 +94,13 @@ class Run:
     def seed(self) -> int:
         return int(self.rec.get("seed", self.rec.get("config", {}).get("seed", 0)))
 
-    @property
+    @functools.cached_property
     def status(self) -> str:
-        return self.rec["status"]
+        """finished | running | failed, or interrupted: `running` in a record whose process is gone."""
+        status = self.rec["status"]
+        if status == "running" and "_path" in self.rec and not is_running(self.folder):
+            return "interrupted"
+        return status
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -109,6 +116,17 @@ class Run:
     @property
     def scale_name(self) -> str:
         return str((self.cfg("scale") or {}).get("name", "paper"))
+
+    @property
+    def recipe(self) -> str | None:
+        return self.cfg("recipe")  # None: a record from before recipes (its scale file held the recipe)
+
+    @property
+    def preset(self) -> str:
+        """The recipe and scale the run trained under ('cpu' where both are named alike): one table's
+        records share it."""
+        recipe = self.recipe
+        return self.scale_name if recipe in (None, self.scale_name) else f"{recipe}+{self.scale_name}"
 
     def metric(self, key: str) -> float | None:
         v = self.metrics.get(key)
@@ -199,6 +217,48 @@ def _ne(a: Any, b: Any) -> bool:
     return a != b
 
 
+def _select(runs: list[Run], task: str, preset: str | None, sweep: str | None, excluded: list[str]):
+    """The records of one table: this task, this sweep (if given), one preset (by default base's). What is
+    left out gets a line in `excluded`."""
+    other_task = [r for r in runs if r.rec.get("task", "translation") != task]
+    if other_task:
+        excluded.append(f"{len(other_task)} record(s) of another task")
+    runs = [r for r in runs if r.rec.get("task", "translation") == task]
+    if sweep is not None:
+        n = len(runs)
+        runs = [r for r in runs if r.rec.get("sweep") == sweep]
+        if n - len(runs):
+            excluded.append(f"{n - len(runs)} record(s) of other sweeps than {sweep!r}")
+    presets = Counter(r.preset for r in runs)
+    if preset is None and presets:
+        base_presets = Counter(r.preset for r in runs if r.row == "base" and r.status == "finished")
+        preset = (base_presets or presets).most_common(1)[0][0]
+    if preset is not None:
+        for name, n in sorted(presets.items()):
+            if name != preset:
+                excluded.append(f"{n} record(s) of preset {name!r} (use --preset {name} to see them)")
+        runs = [r for r in runs if r.preset == preset]
+    return runs, preset
+
+
+def _one_per_cell(
+    runs: list[Run], rows: RowConfigs, today: str, excluded: list[str]
+) -> dict[str, dict[int, Run]]:
+    """One record per (row, seed): finished before running before failed, then the newest."""
+    chosen: dict[str, dict[int, Run]] = {}
+    dup = 0
+    for r in sorted(runs, key=lambda r: (_STATUS_RANK[r.status], _neg_time(r))):
+        by_seed = chosen.setdefault(r.row, {})
+        if r.seed in by_seed:
+            dup += 1
+            continue
+        r.stale = stale_reasons(r, rows, today)
+        by_seed[r.seed] = r
+    if dup:
+        excluded.append(f"{dup} older or unfinished duplicate record(s) of a (row, seed) cell")
+    return chosen
+
+
 def collect(
     results_dir: str | Path = "results",
     conf_dir: str | Path | None = None,
@@ -220,38 +280,9 @@ def collect(
     today = today or code_hash()
     excluded: list[str] = []
 
-    runs = [Run(r) for r in records]
-    other_task = [r for r in runs if r.rec.get("task", "translation") != task]
-    if other_task:
-        excluded.append(f"{len(other_task)} record(s) of another task")
-    runs = [r for r in runs if r.rec.get("task", "translation") == task]
-    if sweep is not None:
-        n = len(runs)
-        runs = [r for r in runs if r.rec.get("sweep") == sweep]
-        if n - len(runs):
-            excluded.append(f"{n - len(runs)} record(s) of other sweeps than {sweep!r}")
-    scales = Counter(r.scale_name for r in runs)
-    if scale is None and scales:
-        base_scales = Counter(r.scale_name for r in runs if r.row == "base" and r.status == "finished")
-        scale = (base_scales or scales).most_common(1)[0][0]
-    if scale is not None:
-        for name, n in sorted(scales.items()):
-            if name != scale:
-                excluded.append(f"{n} record(s) of scale {name!r} (use --scale {name} to see them)")
-        runs = [r for r in runs if r.scale_name == scale]
-
-    chosen: dict[str, dict[int, Run]] = {}
-    dup = 0
-    for r in sorted(runs, key=lambda r: (_STATUS_RANK[r.status], _neg_time(r))):
-        by_seed = chosen.setdefault(r.row, {})
-        if r.seed in by_seed:
-            dup += 1
-            continue
-        r.stale = stale_reasons(r, rows, today)
-        by_seed[r.seed] = r
-    if dup:
-        excluded.append(f"{dup} older or unfinished duplicate record(s) of a (row, seed) cell")
-    chosen = {row: dict(sorted(chosen[row].items())) for row in paper.row_order(chosen)}
+    runs, scale = _select([Run(r) for r in records], task, scale, sweep, excluded)
+    chosen = _one_per_cell(runs, rows, today, excluded)
+    chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get("base", {}).values()), None)
     tmpl = base or next((r for by in chosen.values() for r in by.values()), None)
     return Collection(

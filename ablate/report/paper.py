@@ -128,9 +128,3 @@ def table4() -> list[dict]:
         {"parser": r["parser"], "training": r["training"], "f1": float(r["f1"]), "ours": r["ours"] == "1"}
         for r in _read_csv("paper_table4.csv")
     ]
-
-
-def row_order(rows) -> list[str]:
-    """Paper rows in the paper's order, then any other rows sorted."""
-    rows = set(rows)
-    return [r for r in PAPER_ORDER if r in rows] + sorted(rows - set(PAPER_ORDER))

@@ -12,10 +12,12 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ablate.config import DataConfig, DecodeConfig, ModelConfig, TrainConfig, TrainerConfig
+from ablate.config import ArchConfig, DataConfig, DecodeConfig, ModelConfig, TrainConfig, TrainerConfig
 from ablate.report import paper, stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, clean_nan, fduration, fnum, fp, fsi, fsteps, render
+from ablate.results import NOT_IDENTITY
+from ablate.rows import ordered, row_order
 
 METRICS = ("ppl", "bleu")
 RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu"}
@@ -124,6 +126,8 @@ class RowResult:
             if r.status == "failed":
                 reason = str(r.rec.get("reason") or "no reason given").splitlines()[0]
                 parts.append(f"failed s{s}: {reason}")
+            elif r.status == "interrupted":
+                parts.append(f"interrupted s{s} (its process is gone; rerun to resume)")
         return "; ".join(parts)
 
     def mean_of(self, key: str) -> float | None:
@@ -159,84 +163,70 @@ def analyse(
     boot_seed: int = 0,
     seeds_min: int = 1,
 ) -> Analysis:
+    """Each row's figures, its difference from base with a t-test and a hierarchical bootstrap, and Holm's
+    correction across the rows (per metric and per test)."""
     t3 = paper.table3()
-    order = rows or paper.row_order(set(paper.PAPER_ORDER) | set(coll.runs))
-    results: list[RowResult] = []
-    for row in order:
-        runs = coll.runs.get(row, {})
-        finished = coll.finished(row)
-        values = {
-            m: {s: v for s, r in finished.items() if (v := r.metric(RECORD_KEY[m])) is not None}
-            for m in METRICS
-        }
-        model = _model_dict(coll, row, runs)
-        group = model.get("group") or (t3[row].group if row in t3 else "extra")
-        if row in t3:
-            group = t3[row].group
-        results.append(RowResult(row, group, model, runs, finished, values, paper=t3.get(row)))
-
-    base = next((r for r in results if r.row == "base"), None)
-    if base is None:
-        base_runs = coll.runs.get("base", {})
-        base = RowResult(
-            "base",
-            "base",
-            _model_dict(coll, "base", base_runs),
-            base_runs,
-            coll.finished("base"),
-            {
-                m: {
-                    s: v
-                    for s, r in coll.finished("base").items()
-                    if (v := r.metric(RECORD_KEY[m])) is not None
-                }
-                for m in METRICS
-            },
-        )
-    base_sent = {
-        s: stats.Sentences.from_arrays(d)
-        for s, r in base.finished.items()
-        if (d := r.sentences()) is not None
-    }
+    order = rows or ordered(set(paper.PAPER_ORDER) | set(coll.runs))
+    results = [_row_result(coll, row, t3) for row in order]
+    base = next((r for r in results if r.row == "base"), None) or _row_result(coll, "base", t3)
+    base_sent = _sentences(base)
     for rr in results:
-        if rr.row == "base":
+        if rr.row != "base":
+            _compare(rr, base, base_sent, n_boot, boot_seed, seeds_min)
+    _correct_and_flag([r for r in results if r.row != "base"])
+    return Analysis(results, coll, n_boot, [])
+
+
+def _row_result(coll: Collection, row: str, t3: dict) -> RowResult:
+    runs, finished = coll.runs.get(row, {}), coll.finished(row)
+    values = {
+        m: {s: v for s, r in finished.items() if (v := r.metric(RECORD_KEY[m])) is not None} for m in METRICS
+    }
+    model = _model_dict(coll, row, runs)
+    group = t3[row].group if row in t3 else (model.get("group") or "extra")
+    return RowResult(row, group, model, runs, finished, values, paper=t3.get(row))
+
+
+def _sentences(rr: RowResult) -> dict[int, stats.Sentences]:
+    return {
+        s: stats.Sentences.from_arrays(d) for s, r in rr.finished.items() if (d := r.sentences()) is not None
+    }
+
+
+def _compare(rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_seed: int, seeds_min: int):
+    """rr.cmp[metric]: the row minus base, paired by seed where every seed of the row also ran for base."""
+    row_sent = None
+    for m in METRICS:
+        c = rr.cmp[m] = Compare(m, paper_diff=paper.paper_delta(rr.row, m))
+        bv, rv = base.values[m], rr.values[m]
+        if not bv or not rv or len(rv) < seeds_min or len(bv) < seeds_min:
             continue
-        row_sent = None
-        for m in METRICS:
-            c = Compare(m, paper_diff=paper.paper_delta(rr.row, m))
-            rr.cmp[m] = c
-            bv, rv = base.values[m], rr.values[m]
-            if not bv or not rv or len(rv) < seeds_min or len(bv) < seeds_min:
-                continue
-            paired_seeds = set(rv) <= set(bv)  # every seed of the row also ran for base: pair by seed id
-            bv_cmp = {s: bv[s] for s in rv} if paired_seeds else bv
-            c.diff = stats.mean_sd(list(rv.values()))[0] - stats.mean_sd(list(bv_cmp.values()))[0]
-            c.n_row, c.n_base = len(rv), len(bv_cmp)
-            common = sorted(rv) if paired_seeds else []
+        paired_seeds = set(rv) <= set(bv)
+        bv_cmp = {s: bv[s] for s in rv} if paired_seeds else bv
+        c.diff = stats.mean_sd(list(rv.values()))[0] - stats.mean_sd(list(bv_cmp.values()))[0]
+        c.n_row, c.n_base = len(rv), len(bv_cmp)
+        common = sorted(rv) if paired_seeds else []
+        try:
+            if len(common) >= 2:
+                c.ttest = stats.paired_t([bv[s] for s in common], [rv[s] for s in common])
+            elif len(bv) >= 2 and len(rv) >= 2:
+                c.ttest = stats.welch(list(bv.values()), list(rv.values()))
+        except ValueError:
+            c.ttest = None
+        row_sent = _sentences(rr) if row_sent is None else row_sent
+        if base_sent and row_sent:
+            paired = set(row_sent) <= set(base_sent)
+            b = {s: base_sent[s] for s in row_sent} if paired else base_sent
             try:
-                if len(common) >= 2:
-                    c.ttest = stats.paired_t([bv[s] for s in common], [rv[s] for s in common])
-                elif len(bv) >= 2 and len(rv) >= 2:
-                    c.ttest = stats.welch(list(bv.values()), list(rv.values()))
+                c.boot = stats.hierarchical_bootstrap(
+                    b, row_sent, m, n_boot=n_boot, seed=boot_seed, paired=paired
+                )
             except ValueError:
-                c.ttest = None
-            if row_sent is None:
-                row_sent = {
-                    s: stats.Sentences.from_arrays(d)
-                    for s, r in rr.finished.items()
-                    if (d := r.sentences()) is not None
-                }
-            if base_sent and row_sent:
-                paired = set(row_sent) <= set(base_sent)
-                b = {s: base_sent[s] for s in row_sent} if paired else base_sent
-                try:
-                    c.boot = stats.hierarchical_bootstrap(
-                        b, row_sent, m, n_boot=n_boot, seed=boot_seed, paired=paired
-                    )
-                except ValueError:
-                    c.boot = None
-    # Holm across the rows compared with base, per metric and per test
-    compared = [r for r in results if r.row != "base"]
+                c.boot = None
+
+
+def _correct_and_flag(compared: list[RowResult]) -> None:
+    """Holm across the rows compared with base, per metric and per test; flag disagreements with the paper."""
     for m in METRICS:
         cs = [r.cmp[m] for r in compared]
         for c, adj in zip(cs, stats.holm([c.ttest.p if c.ttest else None for c in cs]), strict=True):
@@ -249,7 +239,6 @@ def analyse(
             iv = c.interval
             if iv is not None and c.paper_diff is not None and not iv[0] <= c.paper_diff <= iv[1]:
                 c.flags.append("interval excludes the paper's Δ")
-    return Analysis(results, coll, n_boot, [])
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -477,8 +466,9 @@ def _scale_line(coll: Collection) -> str:
         dims = "; effective base: " + ", ".join(
             f"{k}={eff[k]}" for k in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v") if k in eff
         )
-    if name == "paper" and all(float(s.get(k, 1.0)) == 1.0 for k in ("width", "depth", "steps")):
-        return f"Scale: the paper's (preset 'paper'){dims}."
+    if all(float(s.get(k, 1.0)) == 1.0 for k in ("width", "depth", "steps")):
+        size = "the paper's" if name == "paper" else "the recipe's own"
+        return f"Scale: {size} (preset '{name}'){dims}."
     return (
         f"**Scaled-down records**: preset '{name}' (width x{s.get('width', '?')}, "
         f"depth x{s.get('depth', '?')}, "
@@ -639,8 +629,8 @@ def missing_cells(
             r = by.get(s)
             if r is None:
                 out[(row, s)] = "missing"
-            elif r.status == "failed":
-                out[(row, s)] = "failed"
+            elif r.status in ("failed", "interrupted"):
+                out[(row, s)] = r.status
             elif r.stale and r.status == "finished":  # a running run is left alone
                 out[(row, s)] = "stale"
     return out
@@ -659,15 +649,7 @@ def _hydra_value(v: Any) -> str:
     return s
 
 
-_SKIP = {
-    "data.cache_dir",
-    "data.num_workers",
-    "trainer.progress_bar",
-    "trainer.threads",
-    "decode.batch_sentences",
-    "train.max_minutes",
-    "data.name",
-}
+_SKIP = NOT_IDENTITY | {"data.name"}  # data.name: given as data=<name>
 
 
 def run_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
@@ -676,12 +658,15 @@ def run_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
     out: list[str] = []
     if run is None:
         return out
+    if run.recipe not in (None, "paper"):
+        out.append(f"recipe={run.recipe}")
     if run.scale_name != "paper":
         out.append(f"scale={run.scale_name}")
     data = run.cfg("data") or {}
     if data.get("name", "builtin") != "builtin":
         out.append(f"data={data['name']}")
     for section, cls in (
+        ("base", ArchConfig),
         ("data", DataConfig),
         ("train", TrainConfig),
         ("decode", DecodeConfig),
@@ -776,7 +761,7 @@ def table2(coll: Collection) -> tuple[Table, list[str]]:
     paper_rows = {r["ours_row"]: r for r in paper.table2() if r["ours_row"]}
     for (row, pair, avg), runs in sorted(
         groups.items(),
-        key=lambda kv: (paper.row_order([k[0] for k in groups]).index(kv[0][0]), kv[0][1], kv[0][2]),
+        key=lambda kv: (row_order(kv[0][0]), kv[0][1], kv[0][2]),
     ):
         mean, sd, n = stats.mean_sd([r.metrics["test_bleu"] for r in runs])
         tok = [r.metrics["test_bleu_tok"] for r in runs if r.metrics.get("test_bleu_tok") is not None]
@@ -796,7 +781,7 @@ def table2(coll: Collection) -> tuple[Table, list[str]]:
         note = [
             f"{n} seed{'s' if n > 1 else ''}",
             f"checkpoint average {avg}" if avg > 1 else "no averaging",
-            f"scale {runs[0].scale_name}",
+            f"preset {runs[0].preset}",
         ]
         body.append(
             [
@@ -820,31 +805,42 @@ def table2(coll: Collection) -> tuple[Table, list[str]]:
 
 
 def table4(coll: Collection) -> tuple[Table, list[str]]:
+    """Section 23 F1 (metrics.test_f1, from `python -m ablate.evaluate RUN --split test`) beside the paper's
+    Table 4; a run not yet evaluated on 23 shows its dev (22) F1, marked as such."""
     cols = ["parser", "training", "WSJ 23 F1", "paper Transformer", "Δ paper", "notes"]
     body: list[list[Any]] = [
         [r["parser"], r["training"], f"{r['f1']:.1f}", "", "", ""] for r in paper.table4()
     ]
     paper_tf = {r["training"]: r["f1"] for r in paper.table4() if r["ours"]}
-    groups: dict[tuple[str, str], list[Run]] = {}
+    groups: dict[tuple[str, str, str], list[Run]] = {}
     for row, by in coll.runs.items():
         for r in by.values():
-            if r.status == "finished" and r.metrics.get("f1") is not None:
-                groups.setdefault((row, str((r.cfg("data") or {}).get("name", "?"))), []).append(r)
-    for (row, data), runs in sorted(groups.items()):
-        mean, sd, n = stats.mean_sd([float(r.metrics["f1"]) for r in runs])
+            key = "test_f1" if r.metrics.get("test_f1") is not None else "f1"
+            if r.status == "finished" and r.metrics.get(key) is not None:
+                data = str((r.cfg("data") or {}).get("name", "?"))
+                groups.setdefault((row, data, key), []).append(r)
+    for (row, data, key), runs in sorted(groups.items()):
+        mean, sd, n = stats.mean_sd([float(r.metrics[key]) for r in runs])
         training = "semi-supervised" if "semi" in data else "WSJ only discriminative"
-        pv = paper_tf.get(training)
+        pv = paper_tf.get(training) if key == "test_f1" else None
+        errors = sum(int(r.metrics.get(key.replace("f1", "n_error"), 0)) for r in runs)
+        over = sum(int(r.metrics.get(key.replace("f1", "n_over_200_brackets"), 0)) for r in runs)
         body.append(
             [
                 f"ours: {row}",
                 f"{training} (data={data})",
-                fnum(mean, 2) + (f" ± {fnum(sd, 2)}" if n > 1 else ""),
+                fnum(mean, 2)
+                + (f" ± {fnum(sd, 2)}" if n > 1 else "")
+                + ("" if key == "test_f1" else " (dev 22)"),
                 "" if pv is None else f"{pv:.1f}",
                 "" if pv is None else fnum(mean - pv, 2, sign=True),
-                f"{n} seed{'s' if n > 1 else ''}, scale {runs[0].scale_name}",
+                f"{n} seed{'s' if n > 1 else ''}, preset {runs[0].preset}; EVALB errors {errors}, "
+                f"over 200 brackets {over}",
             ]
         )
     notes = []
     if not groups:
         notes.append("No parsing record (task=parsing) has metrics.f1 yet.")
+    elif any(key == "f1" for _, _, key in groups):
+        notes.append("Rows marked (dev 22): run `python -m ablate.evaluate RUN --split test` for section 23.")
     return Table(cols, body, align="llrrrl", title="Table 4: English constituency parsing (WSJ 23 F1)"), notes

@@ -22,7 +22,6 @@ without `from __future__ import annotations` (the scan executes it before it is 
 """
 
 import os
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,55 +36,28 @@ from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import ConfigCompositionException
 from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from hydra.plugins.search_path_plugin import SearchPathPlugin
-from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
-from ablate.rows import TABLE3_GROUPS, TABLE3_ROWS
+from ablate.rows import TABLE3_ROWS, group_order, ordered, resolve_row, row_order
 
 MODEL_GROUP = "model"
 
-# Table 3 top to bottom; a user's rows come after these.
-PAPER_ROWS = TABLE3_ROWS
-PAPER_GROUPS = TABLE3_GROUPS
+PAPER_ROWS = TABLE3_ROWS  # Table 3 top to bottom; a user's rows come after these
 
 
 class UnknownRowError(ConfigCompositionException):
     """A `model=` value that is neither a row nor a group; printed by Hydra as one line."""
 
 
-def _natural(name: str) -> list[Any]:
-    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name)]
-
-
-def row_order(name: str) -> tuple[int, list[Any]]:
-    return (PAPER_ROWS.index(name), []) if name in PAPER_ROWS else (len(PAPER_ROWS), _natural(name))
-
-
-def group_order(name: str) -> tuple[int, list[Any]]:
-    return (PAPER_GROUPS.index(name), []) if name in PAPER_GROUPS else (len(PAPER_GROUPS), _natural(name))
-
-
 def rows_and_groups(load: Callable[[str], DictConfig | None], names: Iterable[str]) -> dict[str, str]:
-    """{row: group} for the row files `names`, in table order. `load(name)` gives a row file's raw content
-    (its `defaults` list included) or None. A row without `group:` takes the group of the row it builds on
-    (its defaults list, last entry wins, as in composition), else "base" (ModelConfig's default)."""
-    raw = {n: load(n) for n in names}
+    """{row: group} for the row files `names`, in table order. A row without `group:` takes the group of the
+    row it builds on (rows.resolve_row: its defaults list, as in composition), else "base"."""
 
-    def group_of(name: str, seen: frozenset[str]) -> str:
-        cfg = raw.get(name)
-        if cfg is None:
-            return "base"
-        g = cfg.get("group") if isinstance(cfg, DictConfig) else None
-        if g is not None:
-            return str(g)
-        defaults = cfg.get("defaults")
-        parents = [d for d in defaults if isinstance(d, str)] if isinstance(defaults, ListConfig) else []
-        for parent in reversed(parents):
-            parent = parent.lstrip("/").removeprefix(f"{MODEL_GROUP}/")
-            if parent != "_self_" and parent in raw and parent not in seen:
-                return group_of(parent, seen | {name})
-        return "base"
+    def raw(name: str) -> dict | None:
+        cfg = load(name)
+        return OmegaConf.to_container(cfg) if isinstance(cfg, DictConfig) else None
 
-    return {n: group_of(n, frozenset()) for n in sorted(raw, key=row_order)}
+    return {n: str(resolve_row(n, raw).get("group", "base")) for n in ordered(names)}
 
 
 def rows_in_dir(conf_dir: str | Path) -> dict[str, str]:

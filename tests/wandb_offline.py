@@ -50,14 +50,24 @@ def records(path: str | Path):
 
 
 def summary(path: str | Path) -> dict:
-    """{'config': {...}, 'history': [{key: value}, ...], 'summary': {...}} of an offline run."""
+    """{'config', 'history' (a list of {key: value}), 'summary', 'run' (group, job_type, id), 'metrics' (the
+    define_metric summary goals by name)} of an offline run."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    out: dict = {"config": {}, "history": [], "summary": {}}
+    out: dict = {"config": {}, "history": [], "summary": {}, "run": {}, "metrics": {}}
     for raw in records(path):
         rec = pb.Record()
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
+        if kind == "run":
+            out["run"] = {"group": rec.run.run_group, "job_type": rec.run.job_type, "id": rec.run.run_id}
+        if kind == "metric":  # define_metric: {name: summary goals}
+            m = rec.metric
+            out["metrics"][m.name or m.glob_name] = {
+                g
+                for g, on in (("min", m.summary.min), ("max", m.summary.max), ("last", m.summary.last))
+                if on
+            }
         if kind in ("config", "run"):  # wandb.init(config=...) arrives inside the run record
             for item in (rec.config if kind == "config" else rec.run.config).update:
                 out["config"][item.key] = json.loads(item.value_json)

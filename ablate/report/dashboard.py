@@ -1,0 +1,298 @@
+"""A W&B Report for one sweep, built with W&B's own reports API (wandb_workspaces.reports.v2): the Markdown
+Table 3 (paper beside ours), a bar chart of final dev BLEU per row, the table the report run logs, and one
+panel grid per Table 3 group with its dev PPL and dev BLEU curves.
+
+Online it is saved to W&B; offline its spec (the library's own model, as JSON) is written to a file, with the
+commands that publish it once the offline runs are synced.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import wandb_workspaces.reports.v2 as wr
+from wandb_workspaces import expr
+from wandb_workspaces.reports.v2 import internal
+
+from ablate.rows import group_order
+
+STEP = "trainer/global_step"
+CURVES = (("dev/ppl", "dev PPL"), ("dev/bleu", "dev BLEU"))
+FINAL_BLEU = "final/dev_bleu"  # logged once per run when training ends (worker._log_final)
+TABLE = "table3"  # the key `python -m ablate.report --wandb` logs the table under (log_wandb)
+ROW_KEY = "table3_row"  # flat config keys every training run carries (worker._logger)
+GROUP_KEY = "table3_group"
+DEFAULT_OUT = "reports/table3_dashboard.json"
+
+
+def wandb_group(records: list[dict], sweep: str) -> str:
+    """The W&B group of the sweep's runs: logger.group when set, else the sweep name (as make_logger does)."""
+    for rec in records:
+        group = ((rec.get("config") or {}).get("logger") or {}).get("group")
+        if rec.get("sweep") == sweep and group:
+            return group
+    return sweep
+
+
+def sweep_records(records: list[dict], sweep: str) -> list[dict]:
+    """The sweep's translation runs that have a W&B run, one record per run. A run's record also sits in its
+    W&B files folder (tracking.finish copies it), so the shallowest copy stands for the run; a run rejected
+    before training (failed, no metrics) never started a W&B run."""
+    by_id: dict[str, dict] = {}
+    for rec in sorted(records, key=lambda r: len(Path(r.get("_path", "")).parts)):
+        if rec.get("sweep") != sweep or rec.get("task", "translation") != "translation":
+            continue
+        if rec.get("status") == "failed" and not rec.get("metrics"):
+            continue
+        by_id.setdefault(rec.get("run_id") or str(id(rec)), rec)
+    return list(by_id.values())
+
+
+def newest_sweep(records: list[dict]) -> str | None:
+    started: dict[str, str] = {}
+    for rec in records:
+        if rec.get("sweep"):
+            started[rec["sweep"]] = max(started.get(rec["sweep"], ""), str(rec.get("started") or ""))
+    return max(started, key=lambda s: (started[s], s)) if started else None
+
+
+def table3_groups(records: list[dict]) -> list[str]:
+    return sorted({r["group"] for r in records if r.get("group")}, key=group_order)
+
+
+def _runset(entity: str, project: str, name: str, *filters) -> wr.Runset:
+    return wr.Runset(entity=entity, project=project, name=name, filters=expr.And(*filters))
+
+
+def _train_filters(group: str, table3_group: str | None = None) -> list:
+    filters = [expr.Metric("Group") == group, expr.Metric("JobType") == "train"]
+    if table3_group is not None:
+        filters.append(expr.Config(GROUP_KEY) == table3_group)
+    return filters
+
+
+def _final_bleu(title: str, layout: wr.Layout) -> wr.BarPlot:
+    # Seeds of one row become one bar (their mean, with the min-max range).
+    return wr.BarPlot(
+        title=title,
+        metrics=[FINAL_BLEU],
+        groupby=wr.Config(ROW_KEY),
+        groupby_aggfunc="mean",
+        groupby_rangefunc="minmax",
+        layout=layout,
+    )
+
+
+def _curve(key: str, title: str, x: int) -> wr.LinePlot:
+    return wr.LinePlot(
+        title=f"{title} vs step",
+        x=STEP,
+        y=[key],
+        groupby=wr.Config(ROW_KEY),
+        groupby_aggfunc="mean",
+        groupby_rangefunc="minmax",
+        layout=wr.Layout(x=x, y=0, w=12, h=8),
+    )
+
+
+def _group_grid(entity: str, project: str, group: str, table3_group: str) -> wr.PanelGrid:
+    return wr.PanelGrid(
+        runsets=[_runset(entity, project, f"group {table3_group}", *_train_filters(group, table3_group))],
+        panels=[_curve(key, title, 12 * i) for i, (key, title) in enumerate(CURVES)],
+    )
+
+
+def build_report(
+    records: list[dict], entity: str, project: str, sweep: str, table_markdown: str
+) -> wr.Report:
+    """The sweep's report. `entity` is passed on as given ("" when unknown offline): left out, the library
+    would ask the server for the default entity."""
+    records = sweep_records(records, sweep)
+    group = wandb_group(records, sweep)
+    blocks: list = [
+        wr.H1(text=f"Table 3: {sweep}"),
+        wr.MarkdownBlock(
+            text=f"Runs of W&B group `{group}` in project `{project}`: Table 3 beside the paper, the final "
+            "dev BLEU of every row, the table of the report run, and each group's dev curves."
+        ),
+        wr.MarkdownBlock(text=table_markdown),
+        wr.H2(text="Final dev BLEU per row"),
+        wr.PanelGrid(
+            runsets=[_runset(entity, project, "training runs", *_train_filters(group))],
+            panels=[_final_bleu("final dev BLEU per row", wr.Layout(x=0, y=0, w=24, h=8))],
+        ),
+        wr.H2(text="Table 3 of the report run"),
+        wr.PanelGrid(
+            runsets=[
+                _runset(
+                    entity,
+                    project,
+                    "report run",
+                    expr.Metric("Group") == group,
+                    expr.Metric("JobType") == "report",
+                )
+            ],
+            panels=[wr.WeavePanelSummaryTable(table_name=TABLE, layout=wr.Layout(x=0, y=0, w=24, h=12))],
+        ),
+    ]
+    for g in table3_groups(records):
+        blocks += [wr.H2(text=f"Group {g}"), _group_grid(entity, project, group, g)]
+    return wr.Report(
+        project=project,
+        entity=entity,
+        title=f"Table 3: {sweep}"[:128],
+        description=f"Attention Is All You Need, Table 3 rebuilt: sweep {sweep}",
+        blocks=blocks,
+        width="fluid",  # Table 3 is wide
+    )
+
+
+def report_model(report: wr.Report) -> internal.ReportViewspec:
+    """The library's model of the report, built without a server. A run set that names an entity makes the
+    library look up its project's internal id on the server; here the run sets name their project (entity
+    and name) without that id, which save() looks up when it publishes."""
+    local = copy.deepcopy(report)
+    grids = [b for b in local.blocks if isinstance(b, wr.PanelGrid)]
+    named = [[(rs.entity, rs.project) for rs in g.runsets] for g in grids]
+    for g in grids:
+        for rs in g.runsets:
+            rs.entity = ""
+    model = local._to_model()
+    grid_models = [b for b in model.spec.blocks if isinstance(b, internal.PanelGrid)]
+    for g, names in zip(grid_models, named):
+        for rs, (entity, project) in zip(g.metadata.run_sets, names):
+            if project:
+                rs.project = internal.Project(entity_name=entity, name=project)
+    return model
+
+
+def report_spec(report: wr.Report) -> dict[str, Any]:
+    return json.loads(report_model(report).model_dump_json(by_alias=True, exclude_none=True))
+
+
+def report_from_spec(spec: dict[str, Any]) -> wr.Report:
+    """The report of a spec. The library's _from_model drops the report's width and the layout of a summary
+    table panel; both are put back from the model, so that a spec read back is the spec written."""
+    model = internal.ReportViewspec.model_validate(spec)
+    report = wr.Report._from_model(model)
+    report.width = model.spec.width
+    grid_models = [b for b in model.spec.blocks if isinstance(b, internal.PanelGrid)]
+    grids = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
+    for grid, grid_model in zip(grids, grid_models):
+        for panel, panel_model in zip(grid.panels, grid_model.metadata.panel_bank_section_config.panels):
+            panel.layout = wr.Layout._from_model(panel_model.layout)
+    return report
+
+
+def write_spec(report: wr.Report, path: str | Path) -> Path:
+    from ablate.results import atomic_write_text
+
+    atomic_write_text(path, json.dumps(report_spec(report), indent=2) + "\n")
+    return Path(path)
+
+
+def publish(report: wr.Report) -> str:
+    """Save the report to W&B (the library creates the project when it lacks one) and return its URL."""
+    report.save()
+    return report.url
+
+
+def report_run_folders() -> list[Path]:
+    """Offline report runs: `python -m ablate.report --wandb` writes them to ./wandb (or under WANDB_DIR)."""
+    root = Path(os.environ.get("WANDB_DIR", ".")) / "wandb"
+    return sorted(f for f in root.glob("offline-run-*") if any(f.glob(f"files/media/table/{TABLE}_*")))
+
+
+def offline_folders(records: list[dict]) -> list[Path]:
+    """The offline W&B runs to sync: the training runs' (inside their run folders) and the report runs'."""
+    runs = [f for r in records if r.get("_path") for f in Path(r["_path"]).parent.glob("wandb/offline-run-*")]
+    return sorted(set(runs)) + report_run_folders()
+
+
+def _table_markdown(results: Path, sweep: str) -> str:
+    """The text `python -m ablate.report` writes for the sweep, without the plot images (a W&B Markdown
+    block cannot reach local files)."""
+    from ablate.report import table3 as t3
+    from ablate.report.collect import collect
+
+    coll = collect(results, None, task="translation", sweep=sweep)
+    for w in coll.warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    return t3.table3_markdown(t3.analyse(coll), {}, None)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m ablate.report dashboard",
+        description="A W&B Report for a sweep: saved online, or its spec written offline.",
+    )
+    p.add_argument("--results", default="results", help="folder of run folders with record.json")
+    p.add_argument("--sweep", default=None, help="the sweep (default: the newest among the records)")
+    p.add_argument("--entity", default=None, help="W&B entity (default: the runs' logger.entity, else yours)")
+    p.add_argument("--project", default=None, help="W&B project (default: the runs' logger.project)")
+    p.add_argument("--out", default=DEFAULT_OUT, help="the report's spec (JSON)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from ablate.results import find_records
+
+    args = _parser().parse_args(argv)
+    records, _ = find_records(args.results)
+    if not records:
+        print(f"error: no result records under {args.results}", file=sys.stderr)
+        return 2
+    sweep = args.sweep or newest_sweep(records)
+    chosen = sweep_records(records, sweep) if sweep else []
+    if not chosen:
+        known = sorted({r["sweep"] for r in records if r.get("sweep")})
+        print(f"error: no runs of sweep {sweep!r} under {args.results} (sweeps: {known})", file=sys.stderr)
+        return 2
+    logger = chosen[0].get("config", {}).get("logger", {})
+    project = args.project or logger.get("project") or "ablate"
+    entity = args.entity or logger.get("entity") or ""
+    markdown = _table_markdown(Path(args.results), sweep)
+    from ablate.config import LoggerConfig
+    from ablate.tracking import wandb_mode
+
+    mode, why = wandb_mode(LoggerConfig(project=project, entity=entity or None))
+    if mode == "online":
+        return _online(chosen, entity, project, sweep, markdown, args.out)
+    report = build_report(chosen, entity, project, sweep, markdown)
+    out = write_spec(report, args.out)
+    print(f"[ablate] W&B {mode}: {why}. Report spec: {out}")
+    if not report_run_folders():  # the table panel reads the sweep's report run
+        table = ["python", "-m", "ablate.report", "--results", args.results, "--sweep", sweep, "--wandb"]
+        print("Log the table3 report run first (the table panel shows it):")
+        print("  " + shlex.join([*table, "--wandb-group", wandb_group(chosen, sweep)]))
+    print("Publish it with W&B credentials:")
+    print("  " + shlex.join(["wandb", "sync", *map(str, offline_folders(chosen))]))
+    cmd = ["python", "-m", "ablate.report", "dashboard", "--results", args.results, "--sweep", sweep]
+    cmd += ["--project", project] + (["--entity", entity] if entity else []) + ["--out", args.out]
+    print("  " + shlex.join(cmd))
+    return 0
+
+
+def _online(records: list[dict], entity: str, project: str, sweep: str, markdown: str, out: str) -> int:
+    import wandb
+
+    entity = entity or wandb.Api().default_entity
+    report = build_report(records, entity, project, sweep, markdown)
+    write_spec(report, out)
+    try:
+        url = publish(report)
+    except Exception as e:  # noqa: BLE001 - e.g. the project holds no synced runs yet
+        msg = str(e).strip().splitlines()
+        print(
+            f"error: saving the report failed: {type(e).__name__}: {msg[0] if msg else ''}", file=sys.stderr
+        )
+        return 1
+    print(url)
+    return 0
