@@ -23,7 +23,7 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ablate import faults, results
+from ablate import devices, faults, results
 from ablate.config import RunConfig, to_dataclass
 
 
@@ -75,7 +75,10 @@ def spawn_job(cfg: RunConfig, out: Path, base_env: dict[str, str] | None = None)
     if failed is not None:
         rank, code = failed
         reason = f"rank {rank} exited with code {code}" + (f" (see {logs[rank]})" if rank else "")
-        _mark_failed(cfg, out / results.RECORD_NAME, reason)
+        held = (base_env or {}).get(devices.ASSIGNED_ENV)
+        _mark_failed(
+            cfg, out / results.RECORD_NAME, reason, [int(i) for i in held.split(",")] if held else None
+        )
         raise JobFailed(reason)
     return results.read_record(out / results.RECORD_NAME)
 
@@ -112,14 +115,14 @@ def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
             signal.signal(s, h)
 
 
-def _mark_failed(cfg: RunConfig, path: Path, reason: str) -> None:
+def _mark_failed(cfg: RunConfig, path: Path, reason: str, held: list[int] | None) -> None:
     """The job's record says failed, with the reason, whether or not rank 0 got as far as writing one."""
     try:
         rec = results.read_record(path)
     except results.RecordError:
         rec = results.new_record(cfg, status="failed")
     if rec["status"] != "finished":
-        rec.update(status="failed", reason=reason, finished=results.now())
+        rec.update(status="failed", reason=reason, finished=results.now(), devices_assigned=held)
         results.atomic_write_json(path, rec)
 
 

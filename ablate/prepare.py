@@ -10,8 +10,9 @@
 Overrides are the `data.*` keys of conf/data/<name>.yaml and ablate.config.DataConfig (the `data.` prefix is
 optional); any data.name of ablate.data.corpora.SOURCES can be prepared. The result is the folder training
 uses (ablate.data.corpora.prepare_corpus: spm.model, {train,dev,test}.npz, {split}.{src,tgt}.txt, meta.json)
-under <cache>/data/<key>/; its path is printed last. A second call with the same settings finds it and does
-nothing. Training prepares its corpus itself the same way, but never downloads Multi30k.
+under <cache>/data/<key>/; its path is printed last. A second call with the same settings and the same file
+contents finds it and does nothing; one that finds it incomplete (a file deleted) says which file and prepares
+it again. Training prepares its corpus itself the same way, but never downloads Multi30k.
 
 data.root for wmt14_en_de: a Prepared folder (used as is), or the folder that holds (or receives) the raw
 archives and extracted text (default <cache>/raw/wmt14_en_de). data.train_src/train_tgt (and dev/test)
@@ -79,8 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(name, overrides)
         download = source(cfg).download
         prepared = prepare_corpus(download(cfg, print) if download else cfg)
-    except (ConfigError, DataError, VocabError, OmegaConfBaseException) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ConfigError, DataError, VocabError, ValueError, OSError, OmegaConfBaseException) as e:
+        # one line, as `python -m ablate.run` says it: the key, file or line at fault
+        lines = str(e).strip().splitlines()
+        print(f"error: {lines[0] if lines else type(e).__name__}", file=sys.stderr)
         return 2
     meta = prepared.meta
     for split, m in meta["splits"].items():

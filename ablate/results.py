@@ -62,6 +62,17 @@ def identity_dict(cfg) -> dict[str, Any]:
             default = list(default)
         if value != default:
             out[key] = value
+    # The content of the data files a run reads, which the config names only by path: an edited training
+    # or reference file must name a new run, not find the old one finished. Added only for sources that
+    # read such files (files, multi30k, wmt14_en_de local files, wsj, wsj_semi): the built-in corpus is
+    # generated from config values already here (and the downloaded WMT14 release is pinned by checksums),
+    # so their run ids stay what they were. A fingerprint (ablate.data.fingerprint) is the sha256 of the
+    # content, recomputed only when a file's size or mtime changed: `touch` alone renames nothing.
+    from ablate.data.corpora import data_fingerprint
+
+    fingerprint = data_fingerprint(cfg.data)
+    if fingerprint is not None:
+        out["data.fingerprint"] = fingerprint
     return out
 
 

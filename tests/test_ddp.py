@@ -24,6 +24,7 @@ def multirun(tmp_path, *overrides, env_extra=None):
         "logger=none",
         "trainer.accelerator=cpu",
         "trainer.devices=2",
+        "train.max_tokens=512",  # 2 devices x 512 = train.batch_tokens (1,024): the step holds what it says
         f"results_dir={tmp_path}/results",
         f"data.cache_dir={tmp_path}/cache",
         *overrides,
@@ -48,8 +49,8 @@ def test_two_jobs_two_processes_each(tmp_path):
     assert sorted(r["row"] for r in recs.values()) == ["A1", "base"]
     for r in recs.values():
         assert r["status"] == "finished" and r["world_size"] == 2
-        # 2 devices x 1 micro-batch each: global batch_tokens 1024 -> accumulate 1 at max_tokens 1024
-        assert r["steps"] == 20
+        # 2 devices x 1 micro-batch of 512 each: global batch_tokens 1024 -> accumulate 1
+        assert r["steps"] == 20 and r["batch"] == {"devices": 2, "accumulate": 1, "max_tokens_per_step": 1024}
     assert p.stdout.count("worker processes") == 2
 
 

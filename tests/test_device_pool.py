@@ -58,7 +58,7 @@ def test_gpu_launcher_pins_jobs_to_their_own_ids_on_the_cpu(tmp_path):
     recs = [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
     by_row = {r["row"]: r for r in recs}
     assert sorted(by_row) == ["A1", "A2", "A3", "A4", "base"], p.stderr[-3000:]
-    assert by_row["A2"]["status"] == "failed" and "row A2" in by_row["A2"]["reason"]
+    assert by_row["A2"]["status"] == "failed" and "exited with code 1" in by_row["A2"]["reason"]
     finished = [r for r in recs if r["row"] != "A2"]
     assert all(r["status"] == "finished" for r in finished), p.stderr[-3000:]
     spans = []

@@ -12,8 +12,9 @@ Memory stays bounded by the chunk size and the vocabulary sample, not by the cor
           raw temporary files and the kept text to the final text files
   npz     write each split's arrays into an uncompressed .npz by copying the raw files in chunks
 
-Everything is written inside a temporary folder next to the destination; meta.json is written last and the
-folder is renamed into place, so a crash leaves nothing a later call trusts.
+Everything is written inside a temporary folder next to the destination; meta.json is written last (listing
+every other file with its size, so that a file lost later is noticed: corpora.incomplete) and the folder is
+renamed into place, so a crash leaves nothing a later call trusts.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.data.sources import MAX_CHARS, SPLITS, DataError, PairSource, Split, clean_pairs
-from ablate.data.tokenizer import load_or_train, model_path, vocab_key
+from ablate.data.tokenizer import VocabError, load_or_train, model_path, vocab_key
 
 Log = Callable[[str], None]
 
@@ -297,14 +298,16 @@ def build(out: Path, inputs: Inputs, st: Settings, log: Log = print) -> Path:
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".tmp-{out.name}-"))
+    old = out.with_name(f".old-{out.name}-{os.getpid()}")
     try:
         _build_into(tmp, inputs, st, log)
-        if out.exists():  # an incomplete folder (no meta.json) from something else: never trusted
-            shutil.rmtree(out)
+        if out.exists():  # an incomplete folder (corpora.incomplete): set aside, removed once replaced
+            os.replace(out, old)
         os.replace(tmp, out)
     finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+        for left in (tmp, old):
+            if left.exists():
+                shutil.rmtree(left, ignore_errors=True)
     return out
 
 
@@ -325,7 +328,12 @@ def _build_into(tmp: Path, inputs: Inputs, st: Settings, log: Log) -> None:
     n_sample = min(st.spm_sentences, 2 * cleaned["train"].pairs)
     log(f"vocabulary: {st.model_type} {st.vocab_size} on {n_sample:,} training sentences")
     sample = partial(vocab_sentences, cleaned["train"], st.spm_sentences, st.seed)
-    sp = load_or_train(st.cache_dir, key, sample, st.vocab_size, st.model_type, st.spm_sentences)
+    try:
+        sp = load_or_train(st.cache_dir, key, sample, st.vocab_size, st.model_type, st.spm_sentences)
+    except VocabError as e:  # which text it was learned on: a corpus of one pair says so
+        n = cleaned["train"].pairs
+        where = _describe(inputs.splits["train"])
+        raise VocabError(f"{e} (training text {where}: {n:,} pair{'' if n == 1 else 's'} kept)") from None
     vkey = vocab_key(key, st.vocab_size, st.model_type, st.spm_sentences)
     shutil.copyfile(model_path(st.cache_dir, vkey), tmp / "spm.model")
     seconds["vocab"] = time.perf_counter() - t0
@@ -336,6 +344,7 @@ def _build_into(tmp: Path, inputs: Inputs, st: Settings, log: Log) -> None:
     shutil.rmtree(work)
     if inputs.write_extras is not None:
         inputs.write_extras(tmp)
+    files = {p.name: p.stat().st_size for p in sorted(tmp.iterdir()) if p.is_file()}
     meta = {
         "corpus_key": key,
         "vocab_size": sp.get_piece_size(),
@@ -346,6 +355,7 @@ def _build_into(tmp: Path, inputs: Inputs, st: Settings, log: Log) -> None:
         "sources": _sources_meta(inputs),
         "settings": _settings_meta(st, n_sample),
         "seconds": {k: round(v, 1) for k, v in seconds.items()},
+        "files": files,  # name -> bytes: what a complete folder holds besides meta.json
         **inputs.meta,
     }
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2))  # last: the folder is complete
@@ -368,6 +378,13 @@ def _encode(sp, c: Cleaned, work: Path, tmp: Path, name: str, st: Settings, log:
         "tgt_tokens": enc.tgt_tokens,
         "lines": c.lines,
     }
+
+
+def _describe(given: list[PairSource] | Split) -> str:
+    if isinstance(given, Split):
+        return "of the train split"
+    more = f" (and {len(given) - 1} more file pairs)" if len(given) > 1 else ""
+    return f"{given[0].src}{more}"
 
 
 def _sources_meta(inputs: Inputs) -> dict:

@@ -3,7 +3,11 @@
 `SOURCES` maps data.name to how its text is read. `prepare_corpus` does the one-time work (in the launching
 process, before any worker starts): the source's inputs go through the one builder (ablate.data.binarize)
 into <cache>/data/<key>/, keyed by `corpus_cache_key`, so sweep members and resumed runs reuse it. A folder
-is trusted only once its meta.json is written (the builder writes it last, then renames the folder in).
+is trusted only when complete: its meta.json (which the builder writes last, then renames the folder in) and
+every file meta.json lists, at the size it was written. An incomplete one is prepared again.
+
+Inputs read from files are named by their content (ablate.data.fingerprint), not by their mtime: an edited
+file gives a new prepared corpus, and (results.identity_dict's data.fingerprint) a new run.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from functools import partial
 from pathlib import Path
 
 from ablate.config import ConfigError, DataConfig
-from ablate.data import binarize, sources, wmt14
+from ablate.data import binarize, fingerprint, sources, wmt14
 from ablate.data.sources import SPLITS, PairSource
 from ablate.data.tokenizer import file_lock
 
 Log = Callable[[str], None]
 FORMAT = 2  # of the prepared folder: part of the cache key, bumped when the builder's output changes
+SIDES = ("src", "tgt")
 RUNTIME = ("cache_dir", "num_workers", "bpe_dropout", "bpe_dropout_sides")  # leave the prepared corpus alone
 
 
@@ -51,19 +56,50 @@ class Prepared:
         return self.encoded(split).is_file()
 
 
+def incomplete(folder: Path) -> str | None:
+    """Why a prepared folder cannot be trusted ('spm.model is missing'), or None when it is complete:
+    meta.json readable, and every file it lists there at the size it was written (a folder written before
+    that list: the spm model and each of its splits' .npz and text files)."""
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        files = meta.get("files")
+        if not isinstance(files, dict):
+            need = ["spm.model"] + [
+                f"{split}{ext}" for split in meta["splits"] for ext in (".npz", ".src.txt", ".tgt.txt")
+            ]
+            files = dict.fromkeys(need)
+    except FileNotFoundError:
+        return "meta.json is missing"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "meta.json is unreadable"
+    for name in dict.fromkeys(["spm.model", *files]):
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        size = files.get(name)
+        if size is not None and path.stat().st_size != size:
+            return f"{name} is {path.stat().st_size:,} bytes, written as {size:,}"
+    return None
+
+
 def is_prepared(folder: Path) -> bool:
-    return all((Path(folder) / f).is_file() for f in ("meta.json", "spm.model", "train.npz", "dev.npz"))
+    """A complete prepared folder (`incomplete` finds nothing wrong)."""
+    return incomplete(folder) is None
 
 
 @dataclass(frozen=True)
 class Source:
-    """How one data.name is read. inputs: the text for the builder (reads, and may download). identity:
-    cheap, for the cache key: what besides the config decides the content (file sizes and times, the
-    release). download: what `python -m ablate.prepare` fetches first, for a source training does not
-    download itself; it returns the config that points at the files."""
+    """How one data.name is read. inputs: the text for the builder (reads, and may download). fingerprint:
+    the content of the files it reads that the code does not pin (local files, a treebank), cheap
+    (ablate.data.fingerprint), or None when there are none. identity: for the cache key, what besides the
+    config decides the content (the fingerprint, the generator's code, the release). download: what
+    `python -m ablate.prepare` fetches first, for a source training does not download itself; it returns
+    the config that points at the files."""
 
     inputs: Callable[[DataConfig, Log], binarize.Inputs]
-    identity: Callable[[DataConfig], dict] = lambda cfg: {}
+    fingerprint: Callable[[DataConfig], str | None] = lambda cfg: None
+    identity: Callable[[DataConfig], dict] | None = None  # default: {"fingerprint": ...} when there is one
     download: Callable[[DataConfig, Log], DataConfig] | None = None
 
 
@@ -94,14 +130,14 @@ def _local_pairs(cfg: DataConfig) -> dict[str, PairSource]:
     return pairs
 
 
-def _stats(pairs: dict[str, PairSource]) -> dict:
-    """Size and mtime of each file that exists, so that an edited file is not served stale."""
-    out = {}
-    for split, pair in sorted(pairs.items()):
-        for p in (pair.src, pair.tgt):
-            st = p.stat() if p.is_file() else None
-            out[f"{split}:{p.resolve()}"] = (st.st_size, st.st_mtime_ns) if st else None
-    return out
+def _pairs_fingerprint(pairs: dict[str, PairSource], cfg: DataConfig) -> str | None:
+    """The content of file pairs by role (train.src, ...): their paths are in the config already."""
+    named = [
+        (f"{split}.{side}", p)
+        for split, pair in pairs.items()
+        for side, p in zip(SIDES, (pair.src, pair.tgt))
+    ]
+    return fingerprint.files_fingerprint(named, cfg.cache_dir) if named else None
 
 
 def _file_inputs(pairs: dict[str, PairSource]) -> binarize.Inputs:
@@ -129,11 +165,12 @@ def _multi30k_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
     return _file_inputs(sources.multi30k_pairs(_multi30k_root(cfg), cfg.src_lang, cfg.tgt_lang))
 
 
-def _multi30k_identity(cfg: DataConfig) -> dict:
+def _multi30k_fingerprint(cfg: DataConfig) -> str | None:
     try:
-        return _stats(sources.multi30k_pairs(cfg.root, cfg.src_lang, cfg.tgt_lang)) if cfg.root else {}
+        pairs = sources.multi30k_pairs(cfg.root, cfg.src_lang, cfg.tgt_lang) if cfg.root else {}
     except sources.DataError:  # reported when the corpus is built
-        return {}
+        return None
+    return _pairs_fingerprint(pairs, cfg)
 
 
 def _multi30k_download(cfg: DataConfig, log: Log) -> DataConfig:
@@ -170,11 +207,17 @@ def _wmt14_inputs(spec: wmt14.Spec, cfg: DataConfig, log: Log) -> binarize.Input
 
 
 def _wmt14_identity(spec: wmt14.Spec, cfg: DataConfig) -> dict:
-    return {"release": spec.key(cfg.src_lang, cfg.tgt_lang), **_stats(_local_pairs(cfg))}
+    local = _pairs_fingerprint(_local_pairs(cfg), cfg)  # none: the key of a corpus prepared before stays
+    return {"release": spec.key(cfg.src_lang, cfg.tgt_lang), **({"fingerprint": local} if local else {})}
 
 
 def wmt14_source(spec: wmt14.Spec) -> Source:
-    return Source(partial(_wmt14_inputs, spec), partial(_wmt14_identity, spec))
+    """The release is pinned by its checksums (spec.key): only local replacement files are fingerprinted."""
+    return Source(
+        partial(_wmt14_inputs, spec),
+        lambda cfg: _pairs_fingerprint(_local_pairs(cfg), cfg),
+        partial(_wmt14_identity, spec),
+    )
 
 
 def _parsing_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
@@ -184,13 +227,29 @@ def _parsing_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
     return binarize.Inputs(corpus.splits, corpus.key, write_extras=corpus.write_extras)
 
 
+def _parsing_fingerprint(cfg: DataConfig) -> str | None:
+    """The treebank's .mrg files of sections 02-23 by (section/name, content), and data.silver_trees. The
+    built-in treebank is generated from the config: nothing to fingerprint."""
+    from ablate.parsing.wsj import SPLITS as SECTIONS
+
+    named: list[tuple[str, str | Path]] = []
+    if cfg.treebank_dir and not cfg.treebank_builtin:
+        root = Path(cfg.treebank_dir).expanduser()
+        for section in (s for group in SECTIONS.values() for s in group):
+            files = sorted((root / section).glob("*.mrg"), key=lambda p: p.name.lower())
+            named += [(f"{section}/{p.name}", p) for p in files]
+    if cfg.silver_trees:
+        named.append(("silver", cfg.silver_trees))
+    return fingerprint.files_fingerprint(named, cfg.cache_dir) if named else None
+
+
 SOURCES: dict[str, Source] = {
-    "builtin": Source(_builtin_inputs, _builtin_identity),
-    "files": Source(_files_inputs, lambda cfg: _stats(_local_pairs(cfg))),
-    "multi30k": Source(_multi30k_inputs, _multi30k_identity, download=_multi30k_download),
+    "builtin": Source(_builtin_inputs, identity=_builtin_identity),
+    "files": Source(_files_inputs, lambda cfg: _pairs_fingerprint(_local_pairs(cfg), cfg)),
+    "multi30k": Source(_multi30k_inputs, _multi30k_fingerprint, download=_multi30k_download),
     "wmt14_en_de": wmt14_source(wmt14.WMT14_EN_DE),
-    "wsj": Source(_parsing_inputs),  # parsing (6.3): the WSJ treebank as parallel text
-    "wsj_semi": Source(_parsing_inputs),  # and with data.silver_trees added to training
+    "wsj": Source(_parsing_inputs, _parsing_fingerprint),  # parsing (6.3): the WSJ treebank as parallel text
+    "wsj_semi": Source(_parsing_inputs, _parsing_fingerprint),  # and with data.silver_trees added to training
 }
 
 
@@ -200,16 +259,38 @@ def source(cfg: DataConfig) -> Source:
     return SOURCES[cfg.name]
 
 
+def data_fingerprint(cfg: DataConfig) -> str | None:
+    """The content of the files a data config reads that the code does not pin, or None when it reads none
+    (the built-in corpus, the WMT14 release, the built-in treebank). A prepared folder given as data.root is
+    named by its meta.json (less the build's timings). Never an error: a config the builder will reject
+    gets None (or a marker for an unreadable file) and the builder says why."""
+    try:
+        root = Path(cfg.root) if cfg.root else None
+        if root is not None and (root / "meta.json").is_file():
+            meta = json.loads((root / "meta.json").read_text(encoding="utf-8"))
+            meta.pop("seconds", None)
+            return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
+        return source(cfg).fingerprint(cfg)
+    except (ValueError, OSError, AttributeError, TypeError):
+        return None
+
+
 # ----------------------------------------------------------------------------------------------------------
 # The prepared corpus
 
 
 def corpus_cache_key(cfg: DataConfig) -> str:
     """A cheap key to find a prepared corpus without reading it: the data settings, the folder format and
-    the source's identity."""
+    the source's identity (for files: their content fingerprint, so an edited file is not served stale and
+    a touched one is not prepared again)."""
+    src = source(cfg)
     fields = {k: v for k, v in vars(cfg).items() if k not in RUNTIME}
     fields["format"] = FORMAT
-    fields["identity"] = source(cfg).identity(cfg)
+    if src.identity is not None:
+        fields["identity"] = src.identity(cfg)
+    else:
+        fp = src.fingerprint(cfg)
+        fields["identity"] = {"fingerprint": fp} if fp else {}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -228,18 +309,29 @@ def settings(cfg: DataConfig) -> binarize.Settings:
 
 def prepare_corpus(cfg: DataConfig, log: Log = print) -> Prepared:
     """Build (once) and return the prepared corpus for this data config. A prepared folder given as
-    data.root is used as it is."""
-    if cfg.root and is_prepared(Path(cfg.root)):
+    data.root is used as it is (and is an error when incomplete: it is the user's, not ours to rebuild).
+    A prepared folder of the cache found incomplete is prepared again, saying which file was missing."""
+    if cfg.root and (Path(cfg.root) / "meta.json").is_file():
+        problem = incomplete(Path(cfg.root))
+        if problem:
+            raise sources.DataError(
+                f"{cfg.root}: {problem} in this prepared folder (data.root): prepare it again "
+                "(python -m ablate.prepare) or name another data.root"
+            )
         log(f"{cfg.root}: already prepared, nothing to do")
         return Prepared(Path(cfg.root))
     key = corpus_cache_key(cfg)
     out = Path(cfg.cache_dir) / "data" / key
     with file_lock(out.parent / f".{key}.lock"):
-        if is_prepared(out):
+        problem = incomplete(out) if out.exists() else None
+        if out.exists() and problem is None:
             log(f"{out}: already prepared, nothing to do")
             return Prepared(out)
-        for stale in out.parent.glob(f".tmp-{key}-*"):  # an interrupted build (we hold the lock)
-            shutil.rmtree(stale, ignore_errors=True)
+        if problem:
+            log(f"{out}: {problem}; preparing it again")
+        for pattern in (f".tmp-{key}-*", f".old-{key}-*"):  # left by an interrupted build (we hold the lock)
+            for stale in out.parent.glob(pattern):
+                shutil.rmtree(stale, ignore_errors=True)
         t0 = time.perf_counter()
         binarize.build(out, source(cfg).inputs(cfg, log), settings(cfg), log)
         log(f"prepared in {time.perf_counter() - t0:,.0f} s: {out}")

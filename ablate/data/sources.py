@@ -3,7 +3,9 @@
 Reading is strict and counted: mismatched line counts are an error naming both files; a training pair that
 is empty, over-long or of extreme length ratio is dropped and counted; a dev/test line that training would
 drop is an error naming its file and line, since dev/test sets are scored whole. Invalid UTF-8 is an error
-naming file and line, except in sources that allow dropping it (PairSource.drop_bad_utf8).
+naming file and line, except in sources that allow dropping it (PairSource.drop_bad_utf8). A UTF-8
+byte-order mark at the start of a file is not text: it is removed (else a reference keeps it and BLEU
+counts it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 SPLITS = ("train", "dev", "test")
 MAX_CHARS = 2000  # a side longer than this is dropped from training, and an error in dev/test
+BOM = "\ufeff"
 
 
 class DataError(ValueError):
@@ -57,10 +60,18 @@ class Corpus:
     tgt_lang: str = "de"
 
 
-def open_binary(path: str | os.PathLike):
+def check_file(path: str | os.PathLike) -> Path:
+    """The path of a data file, or a one-line DataError: no such file, or a folder in its place."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"{path}: no such file (a folder)")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
+    return path
+
+
+def open_binary(path: str | os.PathLike):
+    path = check_file(path)
     try:
         return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
     except OSError as e:
@@ -81,10 +92,16 @@ def read_lines(path: str | os.PathLike) -> list[str]:
     out = []
     for lineno, raw in enumerate(_raw_lines(path), start=1):
         try:
-            out.append(raw.decode("utf-8").rstrip("\n").rstrip("\r"))
+            out.append(_decode(raw, lineno).rstrip("\n").rstrip("\r"))
         except UnicodeDecodeError as e:
             raise _utf8_error(path, lineno, e) from None
     return out
+
+
+def _decode(raw: bytes, lineno: int) -> str:
+    """One line's text; a byte-order mark opening the file (line 1) is dropped."""
+    s = raw.decode("utf-8")
+    return s[1:] if lineno == 1 and s.startswith(BOM) else s
 
 
 def _utf8_error(path, lineno: int, e: UnicodeDecodeError) -> DataError:
@@ -154,8 +171,8 @@ def clean_pairs(
     counted in `dropped`; dev/test pairs (heldout) go through `check_heldout` instead."""
     for lineno, (sb, tb) in enumerate(read_pairs(source), start=1):
         try:
-            s = sb.decode("utf-8").strip()
-            t = tb.decode("utf-8").strip()
+            s = _decode(sb, lineno).strip()
+            t = _decode(tb, lineno).strip()
         except UnicodeDecodeError as e:
             if source.drop_bad_utf8 and not heldout:
                 dropped["invalid_utf8"] += 1
@@ -205,11 +222,9 @@ def file_digest(paths: list[str | os.PathLike]) -> str:
     for p in paths:
         h.update(str(Path(p).name).encode())
         try:
-            with open(p, "rb") as f:
+            with open(check_file(p), "rb") as f:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
-        except FileNotFoundError:
-            raise DataError(f"{p}: no such file") from None
         except OSError as e:
             raise DataError(f"{p}: cannot read ({e.strerror or e})") from None
     return h.hexdigest()[:16]

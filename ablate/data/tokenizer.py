@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -31,6 +32,22 @@ def file_lock(path: Path):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def vocab_error(text: str, vocab_size: int) -> VocabError:
+    """sentencepiece's training error in one line naming data.vocab_size, with the bound it states for
+    the corpus ("Vocabulary size is smaller than required_chars. 300 vs 350." / "Vocabulary size too high
+    (5000). Please set it to a value <= 159."), without its source location."""
+    if m := re.search(r"smaller than required_chars\. \d+ vs (\d+)", text):
+        return VocabError(
+            f"data.vocab_size={vocab_size} is too small for this corpus: sentencepiece needs at least "
+            f"{m[1]}, a piece for each distinct character and 4 special ones"
+        )
+    if m := re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", text):
+        return VocabError(f"data.vocab_size={vocab_size} is larger than this corpus supports: at most {m[1]}")
+    lines = [line for line in text.splitlines() if line.strip()]
+    last = re.sub(r"^\w+: \S+\(\d+\) \[.*?\] ", "", lines[-1]) if lines else "no message"
+    return VocabError(f"sentencepiece training failed (data.vocab_size={vocab_size}): {last}")
 
 
 def vocab_key(corpus_key: str, vocab_size: int, model_type: str, n_sentences: int) -> str:
@@ -83,12 +100,7 @@ def _train(final: Path, sentences: list[str], vocab_size: int, model_type: str, 
                 train_extremely_large_corpus=False,
             )
         except RuntimeError as e:
-            msg = str(e).splitlines()[-1] if str(e) else "sentencepiece failed"
-            if "Vocabulary size" in msg or "vocab_size" in msg:
-                raise VocabError(
-                    f"data.vocab_size={vocab_size} is larger than this corpus supports: {msg}"
-                ) from None
-            raise VocabError(f"sentencepiece training failed: {msg}") from None
+            raise vocab_error(str(e), vocab_size) from None
         os.replace(tmp, final) if not final.exists() else None
     finally:
         if tmp.exists():
