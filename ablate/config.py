@@ -142,7 +142,6 @@ class DecodeConfig:
     alpha: float = 0.6  # GNMT length penalty
     max_len_a: float = 1.0  # max output length = a * input length + b (6.1: input + 50)
     max_len_b: int = 50
-    batch_sentences: int = 128
     dev_limit: int | None = None  # decode only the first N dev sentences (None: all)
 
 

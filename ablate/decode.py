@@ -155,7 +155,8 @@ def beam_search(
     max_len_a: float = 1.0,
     max_len_b: int = 50,
 ) -> Hypotheses:
-    """Batched beam search; every tensor op covers all sentences and beams at once."""
+    """Batched beam search; every tensor op covers all sentences and beams at once. One piece: the loop
+    body is the paper's search step (6.1) and reads best top to bottom, the state in BeamState."""
     B, K = src.shape[0], beam
     device = src.device
     max_lens = max_output_lengths(src_lengths, max_len_a, max_len_b).to(device)  # (B,)

@@ -35,7 +35,6 @@ NOT_IDENTITY = {
     "trainer.progress_bar",
     "trainer.threads",
     "trainer.device_pool",
-    "decode.batch_sentences",
     "train.max_minutes",
 }
 

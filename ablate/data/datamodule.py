@@ -37,13 +37,11 @@ class TranslationData(pl.LightningDataModule):
         max_tokens: int,
         accumulate: int,
         seed: int,
-        eval_max_tokens: int | None = None,
         resume_position: tuple[int, int] | None = None,
     ):
         super().__init__()
         self.cfg, self.prepared = cfg, prepared
         self.max_tokens, self.accumulate, self.seed = max_tokens, accumulate, seed
-        self.eval_max_tokens = eval_max_tokens or max_tokens
         # (epoch, step) last completed: training resumes after it; read when the train loader is made
         self.resume_position = resume_position
         self.splits: dict[str, Encoded] = {}
@@ -96,7 +94,7 @@ class TranslationData(pl.LightningDataModule):
         n = len(data) if limit is None else min(limit, len(data))
         idx = np.arange(n)
         order = idx[np.lexsort((data.src_lens[:n], data.tgt_lens[:n]))]
-        batches = token_batches(data.src_lens[:n] + 1, data.tgt_lens[:n] + 1, self.eval_max_tokens, order)
+        batches = token_batches(data.src_lens[:n] + 1, data.tgt_lens[:n] + 1, self.max_tokens, order)
         world, rank = self._world()
         return [collate(data, b) for b in batches[rank::world]]
 

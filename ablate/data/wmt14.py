@@ -236,7 +236,8 @@ def download(
     retries: int = 3,
     timeout: float = 60.0,
 ) -> Path:
-    """Fetch url to dest, resuming a previous partial download (dest.part) where the server allows it.
+    """Fetch url to dest, resuming a previous partial download (dest.part) where the server allows it. One
+    piece: the retry loop and its resume bookkeeping share every local.
     The file is verified (archive: size and checksum; check: any callable raising DataError) before it is
     renamed to dest. A corrupt download is deleted and reported with its name."""
     dest = Path(dest)
