@@ -231,28 +231,23 @@ def row_arch(cfg: RunConfig) -> ArchConfig:
     """The row carried over to the recipe's base, at the recipe's size (before the scale's ratios). Under
     the paper's base this is the row itself."""
     row, base = cfg.model, cfg.base
+    changed = varied(row)
+    relative = [k for k in changed if k not in row.explicit]  # the command line's keys are taken as given
     out = {f.name: getattr(base, f.name) for f in fields(ArchConfig)}
-    relative = [k for k in varied(row) if k not in row.explicit]
-    for key in varied(row):
+    for key in changed:
+        ratio = key in _RATIO_KEYS and key in relative
         mine = getattr(row, key)
-        out[key] = (
-            _scaled(getattr(base, key), mine / getattr(PAPER_BASE, key))
-            if (key in _RATIO_KEYS and key in relative)
-            else mine
-        )
+        out[key] = _scaled(getattr(base, key), mine / getattr(PAPER_BASE, key)) if ratio else mine
     if "decoder_layers" in relative:
         out["decoder_layers"] = _scaled(
             base.decoder_layers or base.n_layers, row.decoder_layers / row.n_layers
         )
-    if "n_heads" in relative:
-        if {"d_k", "d_v"} & set(
-            varied(row)
-        ):  # A: the row's h splits d_model as in the paper (h*d_k = d_model)
-            for key in ("d_k", "d_v"):
-                if key not in row.explicit:
-                    out[key] = _scaled(out["d_model"], getattr(row, key) / row.d_model)
-        else:  # big: more heads of base's size
-            out["n_heads"] = _scaled(base.n_heads, row.n_heads / PAPER_BASE.n_heads)
+    if "n_heads" in relative and {"d_k", "d_v"} & set(changed):
+        # A: the row's h splits d_model as in the paper (h * d_k = d_model)
+        for key in sorted({"d_k", "d_v"} - set(row.explicit)):
+            out[key] = _scaled(out["d_model"], getattr(row, key) / row.d_model)
+    elif "n_heads" in relative:  # big: more heads, each of base's size
+        out["n_heads"] = _scaled(base.n_heads, row.n_heads / PAPER_BASE.n_heads)
     return ArchConfig(**out)
 
 

@@ -13,7 +13,7 @@ import torch
 def resolve_precision(precision: str, accelerator: str) -> str:
     """trainer.precision=auto: bf16-mixed where the device has bf16 arithmetic units (a CUDA GPU with
     native bf16, Ampere or later; a CPU with AVX512_BF16 or AMX), 32-true elsewhere. On a CPU without them
-    bf16 is emulated: a bf16 matmul ran ~400x slower than float32 on an AVX2 Zen 3 (README, Speed)."""
+    bf16 is emulated: a bf16 matmul ran ~400x slower than float32 on an AVX2 Zen 3 (docs/speed.md)."""
     on_gpu = accelerator != "cpu" and torch.cuda.is_available()
     if precision == "auto" and on_gpu:
         return "bf16-mixed" if torch.cuda.is_bf16_supported(including_emulation=False) else "32-true"

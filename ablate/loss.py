@@ -28,7 +28,7 @@ class SmoothedCrossEntropy(torch.autograd.Function):
     log p = z - lse:  loss = (1 - eps - e) * nll - e * sum_v log p(v),  and  d loss / dz = p - q
     (the coefficients of p add up to 1 - eps + e (V - 1) = 1). Saving p instead of the logits means the
     backward pass is one subtraction: no second exp, no (N, V) zero tensor for a gather's gradient, which
-    is where autograd through logsumexp spends its time (issue 7's profile).
+    is where autograd through logsumexp spends its time (measured with torch's profiler).
     """
 
     @staticmethod

@@ -139,12 +139,17 @@ def new_record(cfg, status: str = "running", **fields: Any) -> dict[str, Any]:
     }
 
 
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """Write to a temporary file in the same folder, fsync, then rename: readers see the old file or the
     whole new one, never a half-written one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes it private (0600); the file gets the usual mode
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)

@@ -1,7 +1,7 @@
 """Where the time of one CPU training step goes, at the shape of the Multi30k budget presets.
 
 The 55-minute preset (N 2, d_model 256, d_ff 512, 4 heads, 6K shared BPE, 1,024-token batches) is limited by
-the updates it gets in its budget (issue 5). This asks whether a step could be made faster here:
+the updates it gets in its budget. This asks whether a step could be made faster here:
 
 - the step's model FLOPs per second against the measured fp32 matmul peak, and the share of the step's
   CPU time that is matmuls (torch profiler: aten::mm, addmm, bmm) -- what is left to win outside them;

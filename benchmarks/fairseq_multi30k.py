@@ -1,8 +1,8 @@
 """Test BLEU against training minutes for fairseq 0.12.2 on Multi30k En->De, on this machine: the peer of the
-Multi30k race of issue 5 (`benchmarks/multi30k_curve.py` measures ours).
+Multi30k comparison (`benchmarks/multi30k_curve.py` measures ours).
 
-fairseq trains issue 5's configuration for a fixed wall-clock budget (`--stop-time-hours`, fairseq's own
-training clock): post-LN `transformer`, 3+3 layers, d_model 256, d_ff 1024, 4 heads, dropout 0.2,
+fairseq trains the reference configuration for a fixed wall-clock budget (`--stop-time-hours`, fairseq's
+own training clock): post-LN `transformer`, 3+3 layers, d_model 256, d_ff 1024, 4 heads, dropout 0.2,
 share-all-embeddings over one joint dictionary, label_smoothed_cross_entropy 0.1, Adam (0.9, 0.98),
 inverse_sqrt lr 1e-3 with 500 warmup updates from 1e-7, max-tokens 4096, fp32 on the CPU. The subwords are
 our own pipeline's 8K joint sentencepiece model (`--spm`, in ~/.cache/ablate/spm/<key>/spm.model), used
@@ -16,7 +16,7 @@ checkpoints saved at or before it are averaged (fairseq's scripts/average_checkp
 sentencepiece model and scored with sacreBLEU (cased, 13a) against the raw German references. Dev
 validation is off unless `--validate` (fairseq would then validate at every checkpoint).
 
-    /work/peers/venv/bin/python benchmarks/fairseq_multi30k.py --data ../shared/data/multi30k \\
+    /work/peers/venv/bin/python -m benchmarks.fairseq_multi30k --data ../shared/data/multi30k \\
         --spm ~/.cache/ablate/spm/0c22ea505e36e2ae/spm.model --minutes 30 --save-every-minutes 1 \\
         --eval-at 16 21 30 --workdir /tmp/fairseq_m30k --out /tmp/fairseq_m30k/curve.jsonl
 
@@ -145,7 +145,7 @@ def train(args, bin_dir: Path) -> None:
     save_dir = args.workdir / "checkpoints"
     shutil.rmtree(save_dir, ignore_errors=True)  # fairseq would otherwise resume from what it finds there
     every = args.save_interval_updates or max(1, round(args.save_every_minutes * args.updates_per_minute))
-    # issue 5's configuration
+    # the reference configuration
     model = ["--arch", "transformer", "--share-all-embeddings", "--dropout", 0.2]
     model += [
         "--encoder-layers",
@@ -340,7 +340,12 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--skip-train", action="store_true", help="only score the checkpoints in WORKDIR")
     ap.add_argument("--log-interval", type=int, default=20)
     # for quick checks only
-    ap.add_argument("--max-tokens", type=int, default=4096, help="issue 5: 4096 (change for tests only)")
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=4096,
+        help="the reference configuration: 4096 (change for tests only)",
+    )
     ap.add_argument("--max-update", type=int, help="stop after this many updates as well (tests)")
     ap.add_argument("--limit-test", type=int, help="decode only the first N test sentences (tests)")
     args = ap.parse_args(argv)

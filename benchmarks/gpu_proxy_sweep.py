@@ -1,18 +1,18 @@
 """Step-matched stand-ins for timed CPU runs, several at once on one GPU: a hyperparameter search for the
-Multi30k time budgets (issue 5) that costs minutes instead of an hour a trial.
+Multi30k time budgets that costs minutes instead of an hour a run.
 
 A CPU run with train.budget_minutes ends where its clock does; the same recipe with that number of steps
 as train.max_steps (budget off, cosine to zero at the last step) is the same training up to the noise of
 a seed (GPU attention and dropout draw different numbers, compute the same functions). So a configuration
 is judged here by the steps it gets on the target machine, taken from measured CPU step rates; the
-winner still needs the real timed run on that machine, which is what the README reports.
+winner still needs the real timed run on that machine (docs/multi30k.md gives those).
 
-Each trial: NAME=OVERRIDES (space-separated Hydra overrides, `data=multi30k` and the GPU settings added);
+Each run: NAME=OVERRIDES (space-separated Hydra overrides, `data=multi30k` and the GPU settings added);
 --parallel of them run at a time. Writes <out>/summary.jsonl (record metrics, sacreBLEU recomputed from
 the saved hypotheses, length ratios) and prints a table.
 
-    python benchmarks/gpu_proxy_sweep.py --m30k DIR --out OUT --parallel 6 \\
-        'preset30=scale=cpu_multi30k_30min train.max_steps=6460' 'n3=... train.max_steps=8880'
+    python -m benchmarks.gpu_proxy_sweep --m30k DIR --out OUT --parallel 6 \\
+        'preset30=experiment=multi30k_30min train.max_steps=6460' 'n3=... train.max_steps=8880'
 """
 
 from __future__ import annotations

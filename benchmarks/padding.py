@@ -1,8 +1,9 @@
 """Padding in training batches: the share of padded positions in the (B, S) source and (B, T) target
-tensors of one epoch of micro-batches, as ablate.data.batching plans them (token-bucketed: sorted by target
-then source length, random ties, cut at max_tokens), on the Multi30k training set with the shared 8K BPE.
+tensors of one epoch of micro-batches, as ablate.data.batching plans them (token-bucketed: sorted by the
+longer side's length, then the source's, random ties, cut at max_tokens), on the Multi30k training set
+with the shared 8K BPE.
 
-    python benchmarks/padding.py --root ../shared/data/multi30k --max-tokens 2048 4096 25000
+    python -m benchmarks.padding --root ../shared/data/multi30k --max-tokens 2048 4096 25000
 """
 
 from __future__ import annotations
@@ -14,13 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from ablate.config import DataConfig  # noqa: E402
-from ablate.data.batching import StepSampler  # noqa: E402
-from ablate.data.datamodule import prepare_corpus  # noqa: E402
-from ablate.data.dataset import Encoded  # noqa: E402
+from ablate.config import DataConfig
+from ablate.data.batching import StepSampler
+from ablate.data.datamodule import prepare_corpus
+from ablate.data.dataset import Encoded
 
 
 def padding(src_lens: np.ndarray, tgt_lens: np.ndarray, max_tokens: int, seed: int = 1) -> dict:

@@ -1,7 +1,7 @@
 """Does `ablate.prepare` fit a WMT14-size corpus (4.5M pairs) in 2 GB and 15 minutes on 2 cores, and how fast
 does the training loader produce batches from the result?
 
-    nice -n 10 python benchmarks/prepare_scale.py --multi30k DIR [--pairs 4500000] [--work /tmp/prepare_scale]
+    nice -n 10 python -m benchmarks.prepare_scale --multi30k DIR [--pairs 4500000] [--work /tmp/prepare_scale]
 
 1. A synthetic corpus: each line joins two random Multi30k training pairs (about WMT's 25 words a line) and
    changes one random character on each side, so lines differ and rare word types appear the way they do in

@@ -102,3 +102,15 @@ def test_a_failure_after_the_record_is_written_leaves_it_failed(tmp_path):
     (path,) = (tmp_path / "results").rglob("record.json")
     rec = json.loads(path.read_text())
     assert rec["status"] == "failed" and "nonsense" in rec["reason"]
+
+
+def test_written_files_get_the_usual_mode_not_a_private_one(tmp_path):
+    """Files written atomically (records, reports) are readable by others as any file the user writes."""
+    from ablate.results import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "table3.md", "x\n")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "table3.md").stat().st_mode & 0o777 == 0o644

@@ -1,0 +1,51 @@
+"""The README and docs/ say what is true: every relative link points at a file that exists, and the README's
+first screen gives exactly the two commands that .ci/run and the first-run test use."""
+
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md")), ROOT / "reports" / "README.md"]
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _relative_links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # links, not code
+    out = []
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        out.append(target.split("#")[0])
+    return out
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if p.is_file()], ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_points_at_a_file(page):
+    missing = [t for t in _relative_links(page) if not (page.parent / t).exists()]
+    assert not missing, f"{page.relative_to(ROOT)} links to missing files: {missing}"
+
+
+def first_screen_commands() -> list[str]:
+    """The shell commands of the README's first code block (comments left out)."""
+    block = re.search(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S).group(1)
+    return [line for line in block.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def test_the_first_screen_gives_exactly_the_two_commands_ci_and_the_first_run_test_use():
+    run_cmd, test_cmd = first_screen_commands()
+    assert test_cmd in (ROOT / ".ci" / "run").read_text().splitlines()  # .ci/run runs it as written
+    install = "python3 -m venv .venv && .venv/bin/pip install torch==2.13.0 -e "
+    assert run_cmd == install + ". && .venv/bin/python -m ablate.run"  # the defaults, nothing added
+    assert test_cmd == install + "'.[dev]' && .venv/bin/python -m pytest -q"
+    # the first-run test runs `python -m ablate.run` with only size and output overrides
+    smoke = (ROOT / "tests" / "test_run_smoke.py").read_text()
+    assert '"-m",\n        "ablate.run",\n        "scale=tiny",\n        "recipe=tiny",' in smoke
+
+
+def test_readme_is_a_manual_not_a_notebook():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) < 200
+    for word in ("session", "trial", "issue "):
+        assert word not in text.lower(), word
