@@ -4,12 +4,11 @@ line, and nothing already written is lost."""
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from hydra import compose, initialize_config_dir
+from test_run_smoke import run
 
 from ablate import results
 from ablate.config import DataConfig, RunConfig, flat_fields, to_dataclass
@@ -248,23 +247,7 @@ def test_a_folder_given_as_a_data_file_is_one_line(tmp_path):
 def test_the_command_line_says_a_folder_is_not_a_file_and_exits_2(tmp_path):
     keys = write_corpus(tmp_path / "in")
     keys["dev_tgt"] = str(tmp_path)
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ablate.run",
-            "scale=tiny",
-            "recipe=tiny",
-            "logger=none",
-            f"results_dir={tmp_path}/r",
-            f"data.cache_dir={tmp_path}/c",
-            *files_overrides(keys),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    p = run(tmp_path, *files_overrides(keys))
     assert p.returncode == 2, p.stderr
     err = [line for line in p.stderr.splitlines() if line.strip()]
     assert err == [f"error: {tmp_path}: no such file (a folder)"]

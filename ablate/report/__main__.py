@@ -52,7 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--preset",
         "--scale",
-        dest="scale",
+        dest="preset",
         default=None,
         help="use records of this preset: 'recipe+scale', or one name where both agree (default: the base's)",
     )
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     from ablate.report.collect import collect
 
     task = "parsing" if cmd == "table4" else "translation"
-    coll = collect(results, args.conf, task=task, scale=args.scale, sweep=args.sweep)
+    coll = collect(results, args.conf, task=task, preset=args.preset, sweep=args.sweep)
     if args.results is None and args.source == "files":
         coll.results_dir = Path("results")
     for w in coll.warnings:

@@ -169,10 +169,10 @@ class Collection:
     runs: dict[str, dict[int, Run]]  # row -> seed -> the chosen run
     rows: RowConfigs
     warnings: list[str]
-    scale: str | None  # the scale preset of the chosen runs
+    scale: str | None  # the preset (Run.preset) of the chosen runs
     base_effective: dict[str, Any] | None
     scale_cfg: dict[str, Any] | None
-    excluded: list[str]  # one line per group of records left out (other scale, other task, duplicates)
+    excluded: list[str]  # one line per group of records left out (other preset, other task, duplicates)
     results_dir: Path
 
     def seeds(self) -> list[int]:
@@ -263,7 +263,7 @@ def collect(
     results_dir: str | Path = "results",
     conf_dir: str | Path | None = None,
     task: str = "translation",
-    scale: str | None = None,
+    preset: str | None = None,
     sweep: str | None = None,
     today: str | None = None,
 ) -> Collection:
@@ -280,7 +280,7 @@ def collect(
     today = today or code_hash()
     excluded: list[str] = []
 
-    runs, scale = _select([Run(r) for r in records], task, scale, sweep, excluded)
+    runs, preset = _select([Run(r) for r in records], task, preset, sweep, excluded)
     chosen = _one_per_cell(runs, rows, today, excluded)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get("base", {}).values()), None)
@@ -289,7 +289,7 @@ def collect(
         runs=chosen,
         rows=rows,
         warnings=warnings,
-        scale=scale,
+        scale=preset,
         base_effective=(base.rec.get("model_effective") if base else None),
         scale_cfg=(tmpl.cfg("scale") if tmpl else None),
         excluded=excluded,
