@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+from test_bad_input import cfg_for as run_cfg
 from test_run_smoke import run
 
 from ablate import results
-from ablate.config import DataConfig, RunConfig, flat_fields, to_dataclass
+from ablate.config import DataConfig, RunConfig, flat_fields
 from ablate.data import corpora
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
@@ -39,22 +39,6 @@ def data_cfg(tmp_path: Path, **kw) -> DataConfig:
     kw.setdefault("name", "files")
     kw.setdefault("vocab_size", 40)
     return DataConfig(cache_dir=str(tmp_path / "cache"), **kw)
-
-
-def run_cfg(tmp_path: Path, *overrides: str) -> RunConfig:
-    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
-        d = compose(
-            "config",
-            overrides=[
-                "scale=tiny",
-                "recipe=tiny",
-                "logger=none",
-                f"results_dir={tmp_path}/results",
-                f"data.cache_dir={tmp_path}/cache",
-                *overrides,
-            ],
-        )
-    return to_dataclass(d)
 
 
 def files_overrides(keys: dict[str, str]) -> list[str]:
