@@ -201,7 +201,19 @@ def scaled_dot_product(
         scores.masked_fill_(torch.ones(L, S, dtype=torch.bool, device=q.device).triu_(1), float("-inf"))
     if mask is not None:
         scores.masked_fill_(~mask, float("-inf"))
-    return torch.matmul(dropout(scores.softmax(-1)), v)
+    return torch.matmul(dropout(softmax_last(scores)), v)
+
+
+def softmax_last(x: Tensor) -> Tensor:
+    """Softmax over the last dimension. torch's CPU kernel is vectorized along that dimension and falls to a
+    slow path below 16 entries, the key lengths of short sentences and of early decoding steps (measured on
+    one thread: 3.7 ms forward for (136, 8, 15, 15), 0.5 ms for (68, 8, 30, 30) with twice the elements).
+    There three elementwise ops are faster (2.1 against 5.5 ms forward + backward at (136, 8, 15, 15)).
+    The shift by the row maximum is detached: softmax does not depend on it, so its gradient is zero."""
+    if x.device.type != "cpu" or x.shape[-1] >= 16:
+        return x.softmax(-1)
+    e = (x - x.detach().amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
 
 
 class MultiHeadAttention(nn.Module):

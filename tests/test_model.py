@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ablate.config import ModelConfig, RunConfig, ScaleConfig, effective_model, paper_model
-from ablate.model import Transformer, TransformerConfig, count_parameters, sinusoid_table
+from ablate.model import Transformer, TransformerConfig, count_parameters, sinusoid_table, softmax_last
 
 
 def small(**kw) -> TransformerConfig:
@@ -177,3 +177,18 @@ def test_cpu_attention_equals_sdpa(causal):
         assert torch.allclose(a, t.grad, atol=1e-12)
     # row 2 sees only key 0: its output is exactly v[..., 0, :]
     assert torch.allclose(ours[2], v[2, :, :1].expand(h, L, d), atol=1e-12)
+
+
+def test_softmax_last_matches_torch_below_and_above_16_keys():
+    # the short-row path (three elementwise ops, detached shift) against torch.softmax: values and
+    # gradients, with masked (-inf) keys as attention has them
+    for keys in (1, 7, 15, 16, 31):
+        x = torch.randn(3, 2, 5, keys, dtype=torch.float64)
+        x[..., 1:][torch.rand(3, 2, 5, keys - 1) < 0.3] = float("-inf")
+        a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+        g = torch.randn_like(x)
+        ya, yb = softmax_last(a), torch.softmax(b, -1)
+        torch.testing.assert_close(ya, yb)
+        ya.backward(g)
+        yb.backward(g)
+        torch.testing.assert_close(a.grad, b.grad)

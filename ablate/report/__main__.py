@@ -1,4 +1,4 @@
-"""python -m ablate.report [table3|table2|table4|params|dashboard] [options]
+"""python -m ablate.report [table3|table2|table4|params|dashboard|levelled] [options]
 
 table3 (default)  the Table 3 variations table from result records, with statistics, plots, gap and cost
 table2            test BLEU (sacreBLEU and tokenized) beside the paper's Table 2
@@ -6,6 +6,8 @@ table4            parsing F1 beside the paper's Table 4
 params            every row's parameter count at the paper's scale beside the paper's column
 dashboard         a W&B Report for a sweep: saved online; offline, its spec and the commands that publish it
                   (options: python -m ablate.report dashboard --help)
+levelled          the step at which a run's dev PPL has levelled off, by a Table 3 protocol's step rule
+                  (options: python -m ablate.report levelled --help)
 """
 
 from __future__ import annotations
@@ -89,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         from ablate.report.dashboard import main as dashboard
 
         return dashboard(argv[1:])
+    if argv and argv[0] == "levelled":  # one run's curve, its own options
+        from ablate.report.levelling import main as levelled
+
+        return levelled(argv[1:])
     cmd = argv.pop(0) if argv and argv[0] in COMMANDS else "table3"
     args = _parser().parse_args(argv)
     if cmd == "params":

@@ -1,0 +1,44 @@
+"""The step rule of the Multi30k Table 3 protocol (ablate/report/levelling.py), on hand-made curves."""
+
+from __future__ import annotations
+
+import pytest
+
+from ablate.report.levelling import Rule, levelled_step, main, read_curve
+
+CURVE = [(1000, 10.0), (1500, 9.0), (2000, 8.5), (2500, 8.6), (3000, 8.4), (4000, 8.3)]
+
+
+def test_threshold_is_the_compound_of_one_percent_per_ten_percent():
+    # ln 1.5 / ln 1.1 = 4.25416; 1.01 ** 4.25416 = exp(4.25416 * 0.00995033) = 1.043239
+    assert Rule().threshold == pytest.approx(1.043239, abs=1e-6)
+    assert Rule(horizon=1.1).threshold == pytest.approx(1.01)
+
+
+def test_first_evaluation_within_the_threshold_of_its_horizon():
+    # 1000: 10 / best up to 1500 (9.0) = 1.111; 1500: 9.0 / best up to 2250 (8.5) = 1.059;
+    # 2000: 8.5 / best up to 3000 (8.4) = 1.0119 <= 1.0432
+    assert levelled_step(CURVE, Rule()) == 2000
+
+
+def test_a_noisy_high_point_does_not_make_the_curve_look_flat():
+    # 2500's 9.9 is above the best so far (8.5), which is what is compared
+    noisy = [(1000, 10.0), (1500, 9.0), (2000, 8.5), (2500, 9.9), (3000, 8.4), (4000, 8.3)]
+    assert levelled_step(noisy, Rule()) == 2000
+    falling = [(s, 100.0 / s**0.5) for s in range(1000, 20001, 500)]  # 18% better per 1.5x: never flat
+    assert levelled_step(falling, Rule()) is None
+
+
+def test_no_answer_before_start_or_beyond_the_curve():
+    assert levelled_step(CURVE, Rule(start=3000)) is None  # 3000 needs a point at 4500 or later
+    assert levelled_step(CURVE + [(4500, 8.2)], Rule(start=3000)) == 3000  # 8.4 / 8.2 = 1.024
+    assert levelled_step(CURVE[:3], Rule()) is None  # 2000 needs a point at 3000 or later
+
+
+def test_reads_dev_ppl_from_curves_and_names_a_bad_line(tmp_path, capsys):
+    f = tmp_path / "curves.jsonl"
+    f.write_text('{"step": 10, "train_loss": 9.1}\n{"step": 1000, "dev_ppl": 10.0}\n')
+    assert read_curve(tmp_path) == [(1000, 10.0)]
+    f.write_text('{"step": 1000, "dev_ppl": 10.0}\n{"step": 15\n')
+    assert main([str(f)]) == 2
+    assert f"{f}:2: not JSON" in capsys.readouterr().err
