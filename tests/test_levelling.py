@@ -39,6 +39,8 @@ def test_reads_dev_ppl_from_curves_and_names_a_bad_line(tmp_path, capsys):
     f = tmp_path / "curves.jsonl"
     f.write_text('{"step": 10, "train_loss": 9.1}\n{"step": 1000, "dev_ppl": 10.0}\n')
     assert read_curve(tmp_path) == [(1000, 10.0)]
+    f.write_text('{"curve": "a", "step": 1, "dev_ppl": 8.0}\n{"curve": "b", "step": 10, "dev_ppl": 9.0}\n')
+    assert read_curve(f, "b") == [(10, 9.0)]
     f.write_text('{"step": 1000, "dev_ppl": 10.0}\n{"step": 15\n')
     assert main([str(f)]) == 2
     assert f"{f}:2: not JSON" in capsys.readouterr().err

@@ -382,3 +382,28 @@ def test_wandb_logging_offline(fixture_dir, monkeypatch):
     monkeypatch.setenv("WANDB_DIR", str(fixture_dir))
     assert main(["table3", *ARGS, "--plots", "reports/plots", "--wandb", "--wandb-group", "golden"]) == 0
     assert list((fixture_dir / "wandb").glob("offline-run-*"))
+
+
+def test_test_bleu_column_with_its_difference_to_base(tmp_path, monkeypatch, capsys):
+    conf = tmp_path / "conf" / "model"
+    conf.mkdir(parents=True)
+    for row, text in ROW_YAML.items():
+        (conf / f"{row}.yaml").write_text(text)
+    res = tmp_path / "results"
+    for row in ("base", "D3"):
+        for seed, bleu in ((1, 30.0), (2, 31.0)):
+            _write_run(res, row, seed, extra_metrics={"test_bleu": bleu + (2.5 if row == "D3" else 0.0)})
+    _write_run(res, "A1", 1)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    assert main(["--out", "-", "--no-plots", "--conf", "conf/model"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    head = next(i for i, ln in enumerate(out) if "| BLEU test |" in ln)  # the main table
+    cols = [c.strip() for c in out[head].split("|")[1:-1]]
+    at = cols.index("BLEU test")
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in out[head + 2 :] if ln.startswith("| ")]
+    cells = {r[0]: r for r in rows if len(r) == len(cols)}
+    # base: 30 and 31 -> 30.50 ± 0.71 (sample sd); D3: 32.5 and 33.5 -> +2.50
+    assert cells["base"][at : at + 2] == ["30.50 ± 0.71", ""]
+    assert cells["(D) D3"][at : at + 2] == ["33.00 ± 0.71", "+2.50"]
+    assert cells["(A) A1"][at : at + 2] == ["", ""]  # no test BLEU in its record

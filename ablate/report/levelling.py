@@ -1,6 +1,6 @@
 """Where base's dev perplexity has levelled off: the step rule of a step-matched Table 3 protocol.
 
-    python -m ablate.report levelled <run folder | curves.jsonl> [--gain 0.01] [--more 0.1] [--horizon 1.5]
+    python -m ablate.report levelled <run folder | curves.jsonl> [--curve NAME] [--gain 0.01] [--more 0.1]
 
 The rule: the first dev evaluation s (from --start on) after which --more (10%) more steps improve base's
 dev PPL by less than --gain (1%). Dev PPL evaluated every few hundred steps moves by more than 1% from one
@@ -62,8 +62,9 @@ def levelled_step(points: list[tuple[int, float]], rule: Rule) -> int | None:
     return next((c.step for c in checks(points, rule) if c.levelled), None)
 
 
-def read_curve(path: Path) -> list[tuple[int, float]]:
-    """(step, dev PPL) from a run folder's curves.jsonl (or the file itself)."""
+def read_curve(path: Path, curve: str | None = None) -> list[tuple[int, float]]:
+    """(step, dev PPL) from a run folder's curves.jsonl (or the file itself); `curve`: only the lines with
+    that "curve" value (a file that holds several, as docs/data's do)."""
     path = path / "curves.jsonl" if path.is_dir() else path
     points = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
@@ -71,14 +72,15 @@ def read_curve(path: Path) -> list[tuple[int, float]]:
             row = json.loads(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-        if row.get("dev_ppl") is not None:
+        if row.get("dev_ppl") is not None and (curve is None or row.get("curve") == curve):
             points.append((int(row["step"]), float(row["dev_ppl"])))
     return points
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m ablate.report levelled", description=__doc__.split("\n\n")[0])
-    p.add_argument("curve", type=Path, help="a run folder (its curves.jsonl) or a curves.jsonl file")
+    p.add_argument("path", type=Path, help="a run folder (its curves.jsonl) or a curves.jsonl file")
+    p.add_argument("--curve", default=None, help='read only the lines whose "curve" is this')
     d = Rule()
     p.add_argument("--gain", type=float, default=d.gain)
     p.add_argument("--more", type=float, default=d.more)
@@ -87,7 +89,7 @@ def main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     rule = Rule(args.gain, args.more, args.horizon, args.start)
     try:
-        points = read_curve(args.curve)
+        points = read_curve(args.path, args.curve)
     except (OSError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -20,7 +20,8 @@ from ablate.results import NOT_IDENTITY
 from ablate.rows import ordered, row_order
 
 METRICS = ("ppl", "bleu")
-RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu"}
+RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu", "test_bleu": "test_bleu"}
+EXTRA = ("test_bleu",)  # shown per row with its difference to base; the statistics are for METRICS
 BETTER = {"ppl": -1, "bleu": +1}  # sign of an improvement
 MODEL_COLUMNS = (
     ("n_layers", "N"),
@@ -180,7 +181,8 @@ def analyse(
 def _row_result(coll: Collection, row: str, t3: dict) -> RowResult:
     runs, finished = coll.runs.get(row, {}), coll.finished(row)
     values = {
-        m: {s: v for s, r in finished.items() if (v := r.metric(RECORD_KEY[m])) is not None} for m in METRICS
+        m: {s: v for s, r in finished.items() if (v := r.metric(RECORD_KEY[m])) is not None}
+        for m in METRICS + EXTRA
     }
     model = _model_dict(coll, row, runs)
     group = t3[row].group if row in t3 else (model.get("group") or "extra")
@@ -302,6 +304,7 @@ def _test_cell(t: stats.TTest | None, n_row: int) -> str:
 def main_table(an: Analysis) -> Table:
     base = an.get("base")
     base_model = base.model if base else asdict(ModelConfig())
+    has_test = any(rr.values["test_bleu"] for rr in an.rows)
     cols = [
         "row",
         *[c for _, c in MODEL_COLUMNS],
@@ -314,6 +317,7 @@ def main_table(an: Analysis) -> Table:
         "paper",
         "Δ base",
         "paper Δ",
+        *(["BLEU test", "Δ base"] if has_test else []),
         "params ×10^6 (run)",
         "params ×10^6 (paper scale)",
         "paper",
@@ -333,6 +337,9 @@ def main_table(an: Analysis) -> Table:
                 "" if c is None else fnum(c.diff, 2, sign=True),
                 "" if c is None or c.paper_diff is None else fnum(c.paper_diff, nd, sign=True),
             ]
+        if has_test:
+            diff = _mean_diff(rr, base, "test_bleu")
+            cells += [_metric_cell(rr, "test_bleu"), "" if diff is None else fnum(diff, 2, sign=True)]
         paper_params = "" if p is None else (f"{p.params_m:g}" if p.params_printed else "")
         cells += [
             _params_cell(rr, "params"),
@@ -341,7 +348,17 @@ def main_table(an: Analysis) -> Table:
             rr.status(),
         ]
         body.append(cells)
-    return Table(cols, body, align="l" + "r" * 9 + "l" + "r" * 11 + "l")
+    return Table(cols, body, align="l" + "r" * 9 + "l" + "r" * (11 + 2 * has_test) + "l")
+
+
+def _mean_diff(rr: RowResult, base: RowResult | None, m: str) -> float | None:
+    """The row's mean minus base's over the same seeds (all of base's where the row has seeds base lacks),
+    as Δ base of the dev metrics; an extra column, without intervals."""
+    if base is None or rr is base or not rr.values[m] or not base.values[m]:
+        return None
+    row, ref = rr.values[m], base.values[m]
+    ref_seeds = row.keys() if row.keys() <= ref.keys() else ref.keys()
+    return stats.mean_sd(list(row.values()))[0] - stats.mean_sd([ref[s] for s in ref_seeds])[0]
 
 
 def stats_table(an: Analysis, m: str) -> Table:
@@ -515,6 +532,12 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
         "† = stale record (see below).",
         "",
     ]
+    if any(rr.values["test_bleu"] for rr in an.rows):
+        lines += [
+            "BLEU test: the test set the records name (test_2016_flickr on Multi30k), decoded from each "
+            "run's final checkpoint(s), sacreBLEU as for dev; mean ± sd, Δ base as above, without intervals.",
+            "",
+        ]
     lines.append(_md(main_table(an)))
     lines += [
         "## Statistics",
