@@ -446,6 +446,41 @@ def cost_table(an: Analysis) -> Table:
     return Table(cols, body, align="lrrrrrrl", title="Cost (mean over finished seeds)")
 
 
+PAPER_PPL_EFFECT = 0.05  # the paper's dev-PPL differences to base this large count as effects (15 rows)
+
+
+def _intervals_exclude_zero(c: Compare) -> bool:
+    """Both the seed-level t interval and the bootstrap interval exclude zero (one seed has no t)."""
+    t, b = c.ttest, c.boot
+    return t is not None and b is not None and (t.lo > 0 or t.hi < 0) and (b.lo > 0 or b.hi < 0)
+
+
+def agreement_line(an: Analysis) -> str:
+    """How many rows with a paper dev-PPL effect agree with it in sign, and how many of those both
+    intervals support: the table's one-line reading against the paper."""
+    base = an.get("base")
+    paper_base = base.paper.ppl if base and base.paper else None
+    effect = [
+        (rr.row, rr.cmp.get("ppl"))
+        for rr in an.rows
+        if rr.row != "base"
+        and rr.paper is not None
+        and paper_base is not None
+        and round(abs(rr.paper.ppl - paper_base), 2) >= PAPER_PPL_EFFECT
+    ]
+    measured = [(r, c) for r, c in effect if c is not None and c.diff is not None]
+    agree = [(r, c) for r, c in measured if c.direction() == "agree"]
+    supported = [r for r, c in agree if _intervals_exclude_zero(c)]
+    n_meas = "" if len(measured) == len(effect) else f" ({len(measured)} of them measured)"
+    return (
+        f"**Against the paper: {len(agree)} of the {len(effect)} rows whose paper dev-PPL difference to "
+        f"base is at least {PAPER_PPL_EFFECT}{n_meas} agree with it in sign; {len(supported)} of those with "
+        f"both the seed-level t interval and the bootstrap interval excluding zero"
+        f"{' (' + ', '.join(supported) + ')' if supported else ''}.** Disagreeing: "
+        f"{', '.join(r for r, c in measured if c.direction() != 'agree') or 'none'}."
+    )
+
+
 def direction_summary(an: Analysis) -> list[str]:
     out = []
     for m, name in (("bleu", "BLEU"), ("ppl", "PPL")):
@@ -519,6 +554,7 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
         f"{', '.join(map(str, coll.seeds())) or 'none'}."
     )
     lines.append(_scale_line(coll))
+    lines.append(agreement_line(an))
     for s in _signatures(coll):
         lines.append(f"BLEU: sacreBLEU `{s}`.")
     lines += [
@@ -628,6 +664,7 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             "base_effective": coll.base_effective,
             "rows": rows,
             "summary": direction_summary(an),
+            "agreement": agreement_line(an),
             "warnings": coll.warnings,
             "excluded": coll.excluded,
         }
