@@ -44,3 +44,15 @@ def test_reads_dev_ppl_from_curves_and_names_a_bad_line(tmp_path, capsys):
     f.write_text('{"step": 1000, "dev_ppl": 10.0}\n{"step": 15\n')
     assert main([str(f)]) == 2
     assert f"{f}:2: not JSON" in capsys.readouterr().err
+
+
+def test_the_multi30k_table3_recipe_trains_to_where_its_base_curve_levels_off():
+    # the recipe's step count is the rule applied to base's recorded curve, not a number typed in
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    root = Path(__file__).resolve().parents[1]
+    curve = read_curve(root / "docs" / "data" / "table3_multi30k_base_curves.jsonl", "protocol")
+    recipe = OmegaConf.load(root / "conf" / "recipe" / "multi30k_table3.yaml")
+    assert levelled_step(curve, Rule()) == recipe.base.train_steps

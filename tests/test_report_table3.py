@@ -407,3 +407,23 @@ def test_test_bleu_column_with_its_difference_to_base(tmp_path, monkeypatch, cap
     assert cells["base"][at : at + 2] == ["30.50 ± 0.71", ""]
     assert cells["(D) D3"][at : at + 2] == ["33.00 ± 0.71", "+2.50"]
     assert cells["(A) A1"][at : at + 2] == ["", ""]  # no test BLEU in its record
+
+
+@pytest.mark.parametrize("recipe,scale", [("paper", "paper"), ("multi30k_table3", "paper"), ("cpu", "cpu")])
+def test_a_missing_command_composes_the_record_s_recipe_and_scale(recipe, scale):
+    # the defaults are recipe=cpu scale=cpu: a command that leaves either out would run another preset
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config import register_configs
+    from ablate.report.collect import Run
+    from ablate.report.table3 import run_overrides
+
+    register_configs()
+    root = Path(__file__).resolve().parents[1]
+    with initialize_config_dir(str(root / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[f"recipe={recipe}", f"scale={scale}", "logger=none"])
+        keys = ("recipe", "scale", "base", "data", "train", "decode", "trainer")
+        rec = {"config": {k: cfg[k] for k in keys}}
+        again = compose("config", overrides=[*run_overrides(Run(rec)), "logger=none"])
+    assert (again.recipe, again.scale.name) == (recipe, scale)
+    assert again.base == cfg.base and again.train == cfg.train

@@ -718,10 +718,9 @@ def run_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
     out: list[str] = []
     if run is None:
         return out
-    if run.recipe not in (None, "paper"):
+    if run.recipe is not None:  # always named: the defaults (recipe=cpu scale=cpu) are not the paper's
         out.append(f"recipe={run.recipe}")
-    if run.scale_name != "paper":
-        out.append(f"scale={run.scale_name}")
+    out.append(f"scale={run.scale_name}")
     data = run.cfg("data") or {}
     if data.get("name", "builtin") != "builtin":
         out.append(f"data={data['name']}")
