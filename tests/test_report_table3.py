@@ -427,3 +427,15 @@ def test_a_missing_command_composes_the_record_s_recipe_and_scale(recipe, scale)
         again = compose("config", overrides=[*run_overrides(Run(rec)), "logger=none"])
     assert (again.recipe, again.scale.name) == (recipe, scale)
     assert again.base == cfg.base and again.train == cfg.train
+
+
+def test_fit_finds_where_the_dev_curve_bottomed_and_the_late_training_loss(tmp_path):
+    from ablate.report.collect import Run
+    from ablate.report.table3 import _fit
+
+    lines = [{"step": s, "train_loss": s / 100} for s in range(10, 1001, 10)]  # last 10%: steps 910..1000
+    lines += [{"step": 200, "dev_ppl": 9.0}, {"step": 400, "dev_ppl": 7.5}, {"step": 1000, "dev_ppl": 8.0}]
+    (tmp_path / "curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    train, best, step = _fit(Run({"_path": str(tmp_path / "record.json")}))
+    assert train == pytest.approx(9.55)  # mean of 9.1, 9.2, ..., 10.0
+    assert (best, step) == (7.5, 400)

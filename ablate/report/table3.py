@@ -414,6 +414,36 @@ def stats_table(an: Analysis, m: str) -> Table:
     return Table(cols, body, align="lrrrlrrrrrlrl", title=f"{name}: difference to our base")
 
 
+def _fit(run: Run) -> tuple[float, float, int] | None:
+    """(mean train loss over the last 10% of steps, best dev PPL on the curve, its step) of one run."""
+    curve = run.curves()
+    dev = [(int(c["step"]), float(c["dev_ppl"])) for c in curve if c.get("dev_ppl") is not None]
+    last = max((int(c["step"]) for c in curve), default=0)
+    train = [float(c["train_loss"]) for c in curve if "train_loss" in c and int(c["step"]) > 0.9 * last]
+    if not dev or not train:
+        return None
+    step, best = min(dev, key=lambda d: d[1])
+    return sum(train) / len(train), best, step
+
+
+def fit_table(an: Analysis) -> Table:
+    """Where each row's dev curve bottomed against where it ended, and its training loss: the evidence
+    that tells a row still learning, one that overfits (best well before the end, dev rising after) and
+    one that underfits (high training loss)."""
+    cols = ["row", "seeds", "train loss, last 10% of steps", "dev PPL, end", "dev PPL, best", "best at step"]
+    body = []
+    for rr in an.rows:
+        fits = [f for r in rr.finished.values() if (f := _fit(r)) is not None]
+        if not fits:
+            continue
+        mean = [sum(f[i] for f in fits) / len(fits) for i in range(3)]
+        end = fnum(rr.summary("ppl")[0], 2) if rr.values["ppl"] else ""
+        steps = ", ".join(str(f[2]) for f in fits)
+        body.append([rr.row, len(fits), fnum(mean[0], 3), end, fnum(mean[1], 2), steps])
+    note = "train loss is label-smoothed at the row's eps_ls; dev PPL is not"
+    return Table(cols, body, align="lrrrrl", title=f"Fit (mean over finished seeds; {note})")
+
+
 def cost_table(an: Analysis) -> Table:
     cols = [
         "row",
@@ -595,9 +625,9 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
         lines.append(f"- {row} {m.upper()}: {f}")
     if flagged:
         lines.append("")
-    ct = cost_table(an)
-    if ct.rows:
-        lines.append(_md(ct))
+    for extra in (fit_table(an), cost_table(an)):
+        if extra.rows:
+            lines.append(_md(extra))
     stale = [(rr.row, s, why) for rr in an.rows for s, why in rr.stale]
     problems = [f"- stale (†): {row} seed {s}: {'; '.join(why)}" for row, s, why in stale]
     problems += [f"- excluded: {e}" for e in coll.excluded]
