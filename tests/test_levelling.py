@@ -22,9 +22,11 @@ def test_first_evaluation_within_the_threshold_of_its_horizon():
 
 
 def test_a_noisy_high_point_does_not_make_the_curve_look_flat():
-    # 2500's 9.9 is above the best so far (8.5), which is what is compared
-    noisy = [(1000, 10.0), (1500, 9.0), (2000, 8.5), (2500, 9.9), (3000, 8.4), (4000, 8.3)]
-    assert levelled_step(noisy, Rule()) == 2000
+    # falling 10% per 500 steps; at 3000 (1.5 x 2000) a high point equal to 2000's value. Comparing the value
+    # at s with the value at 1.5 s would call 2000 levelled (ratio 1); best-so-far sees 2500's drop.
+    noisy = [(s, 10.0 * 0.9 ** ((s - 1000) / 500)) for s in range(1000, 4001, 500)]
+    noisy[4] = (3000, noisy[2][1])
+    assert levelled_step(noisy, Rule()) is None
     falling = [(s, 100.0 / s**0.5) for s in range(1000, 20001, 500)]  # 18% better per 1.5x: never flat
     assert levelled_step(falling, Rule()) is None
 
@@ -56,3 +58,28 @@ def test_the_multi30k_table3_recipe_trains_to_where_its_base_curve_levels_off():
     curve = read_curve(root / "docs" / "data" / "table3_multi30k_base_curves.jsonl", "protocol")
     recipe = OmegaConf.load(root / "conf" / "recipe" / "multi30k_table3.yaml")
     assert levelled_step(curve, Rule()) == recipe.base.train_steps
+
+
+@pytest.mark.parametrize(
+    "text,curve,message",
+    [
+        ('{"step": 1000, "dev_ppl": NaN}\n', None, ":1: dev_ppl nan at step 1000: the run diverged"),
+        ('{"dev_ppl": 9.0}\n', None, ":1: not an object with an integer step and a dev_ppl"),
+        ("[1, 2]\n", None, ":1: not an object with an integer step and a dev_ppl"),
+        ('{"curve": "a", "step": 1, "dev_ppl": 8.0}\n{"curve": "b", "step": 1, "dev_ppl": 9.0}\n', None,
+         ": several curves (a, b): choose one with --curve"),
+        ('{"curve": "a", "step": 1, "dev_ppl": 8.0}\n', "ab", ': no dev_ppl lines with "curve": "ab"'),
+    ],
+)  # fmt: skip
+def test_bad_curves_are_one_line_errors_naming_the_file(tmp_path, capsys, text, curve, message):
+    f = tmp_path / "curves.jsonl"
+    f.write_text(text)
+    assert main([str(f), *(["--curve", curve] if curve else [])]) == 2
+    assert capsys.readouterr().err == f"error: {f}{message}\n"
+
+
+def test_more_and_horizon_must_make_a_threshold(capsys):
+    for flag, value in (("--more", "0"), ("--horizon", "1")):
+        with pytest.raises(SystemExit):
+            main(["curves.jsonl", flag, value])
+        assert "must be above" in capsys.readouterr().err

@@ -436,6 +436,6 @@ def test_fit_finds_where_the_dev_curve_bottomed_and_the_late_training_loss(tmp_p
     lines = [{"step": s, "train_loss": s / 100} for s in range(10, 1001, 10)]  # last 10%: steps 910..1000
     lines += [{"step": 200, "dev_ppl": 9.0}, {"step": 400, "dev_ppl": 7.5}, {"step": 1000, "dev_ppl": 8.0}]
     (tmp_path / "curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    train, best, step = _fit(Run({"_path": str(tmp_path / "record.json")}))
+    train, end, best, step = _fit(Run({"_path": str(tmp_path / "record.json"), "metrics": {"dev_ppl": 8.0}}))
     assert train == pytest.approx(9.55)  # mean of 9.1, 9.2, ..., 10.0
-    assert (best, step) == (7.5, 400)
+    assert (end, best, step) == (8.0, 7.5, 400)

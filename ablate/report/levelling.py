@@ -2,12 +2,13 @@
 
     python -m ablate.report levelled <run folder | curves.jsonl> [--curve NAME] [--gain 0.01] [--more 0.1]
 
-The rule: the first dev evaluation s (from --start on) after which --more (10%) more steps improve base's
-dev PPL by less than --gain (1%). Dev PPL evaluated every few hundred steps moves by more than 1% from one
-evaluation to the next in both directions, so the 10% step is read over a longer horizon H (1.5 s) as its
-compound: the best dev PPL up to s is within (1 + gain)^(ln H / ln(1 + more)) of the best up to H s
-(1.01 over 10% -> 4.3% over 1.5x). Best-so-far rather than the value at s: a noisy high point never makes
-the curve look flat. Only base's curve is read; the rule is fixed before any other row runs.
+The rule: the first dev evaluation s (from --start, 1,000 steps, on: warmup and the first alignment do
+not count) after which --more (10%) more steps improve base's dev PPL by less than --gain (1%). Dev PPL
+evaluated every few hundred steps moves by more than 1% from one evaluation to the next in both
+directions, so the 10% step is read over a longer horizon H (1.5 s) as its compound: the best dev PPL up
+to s is within (1 + gain)^(ln H / ln(1 + more)) of the best up to H s (1.01 over 10% -> 4.3% over 1.5x).
+Best-so-far rather than the value at s: a noisy high point never makes the curve look flat. Only base's
+curve is read, and the rule is fixed before other rows run.
 """
 
 from __future__ import annotations
@@ -64,17 +65,42 @@ def levelled_step(points: list[tuple[int, float]], rule: Rule) -> int | None:
 
 def read_curve(path: Path, curve: str | None = None) -> list[tuple[int, float]]:
     """(step, dev PPL) from a run folder's curves.jsonl (or the file itself); `curve`: only the lines with
-    that "curve" value (a file that holds several, as docs/data's do)."""
+    that "curve" value (a file that holds several, as docs/data's do). Raises ValueError naming the file
+    (and line) for a line that is not a JSON object with a step, a dev PPL that is not finite (the run
+    diverged: no step is levelled), several curves and none chosen, or no dev PPL at all."""
     path = path / "curves.jsonl" if path.is_dir() else path
-    points = []
+    points, names = [], set()
     for n, line in enumerate(path.read_text().splitlines(), 1):
         try:
             row = json.loads(line)
+            if row.get("dev_ppl") is None or (curve is not None and row.get("curve") != curve):
+                continue
+            step, ppl = int(row["step"]), float(row["dev_ppl"])
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-        if row.get("dev_ppl") is not None and (curve is None or row.get("curve") == curve):
-            points.append((int(row["step"]), float(row["dev_ppl"])))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}:{n}: not an object with an integer step and a dev_ppl") from None
+        if not math.isfinite(ppl):
+            raise ValueError(f"{path}:{n}: dev_ppl {ppl} at step {step}: the run diverged")
+        names.add(row.get("curve"))
+        points.append((step, ppl))
+    if len(names) > 1:
+        listed = ", ".join(sorted(map(str, names)))
+        raise ValueError(f"{path}: several curves ({listed}): choose one with --curve")
+    if not points:
+        which = f' with "curve": "{curve}"' if curve is not None else ""
+        raise ValueError(f"{path}: no dev_ppl lines{which}")
     return points
+
+
+def _above(low: float):
+    def parse(text: str) -> float:
+        v = float(text)
+        if not v > low:
+            raise argparse.ArgumentTypeError(f"{text}: must be above {low:g}")
+        return v
+
+    return parse
 
 
 def main(argv: list[str]) -> int:
@@ -83,8 +109,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--curve", default=None, help='read only the lines whose "curve" is this')
     d = Rule()
     p.add_argument("--gain", type=float, default=d.gain)
-    p.add_argument("--more", type=float, default=d.more)
-    p.add_argument("--horizon", type=float, default=d.horizon)
+    p.add_argument("--more", type=_above(0.0), default=d.more, help="a fraction of s, > 0")
+    p.add_argument("--horizon", type=_above(1.0), default=d.horizon, help="a multiple of s, > 1")
     p.add_argument("--start", type=int, default=d.start)
     args = p.parse_args(argv)
     rule = Rule(args.gain, args.more, args.horizon, args.start)
@@ -100,5 +126,5 @@ def main(argv: list[str]) -> int:
         print(f"| {c.step} | {c.best:.3f} | {c.best_ahead:.3f} | {c.ratio:.4f} | {mark} |")
     step = levelled_step(points, rule)
     last = max((t for t, _ in points), default=0)
-    print(f"levelled at step {step}" if step else f"not levelled by step {last}")
+    print(f"levelled at step {step}" if step is not None else f"not levelled by step {last}")
     return 0

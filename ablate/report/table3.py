@@ -414,8 +414,8 @@ def stats_table(an: Analysis, m: str) -> Table:
     return Table(cols, body, align="lrrrlrrrrrlrl", title=f"{name}: difference to our base")
 
 
-def _fit(run: Run) -> tuple[float, float, int] | None:
-    """(mean train loss over the last 10% of steps, best dev PPL on the curve, its step) of one run."""
+def _fit(run: Run) -> tuple[float, float | None, float, int] | None:
+    """(mean train loss over the last 10% of steps, final dev PPL, best dev PPL on the curve, its step)."""
     curve = run.curves()
     dev = [(int(c["step"]), float(c["dev_ppl"])) for c in curve if c.get("dev_ppl") is not None]
     last = max((int(c["step"]) for c in curve), default=0)
@@ -423,7 +423,7 @@ def _fit(run: Run) -> tuple[float, float, int] | None:
     if not dev or not train:
         return None
     step, best = min(dev, key=lambda d: d[1])
-    return sum(train) / len(train), best, step
+    return sum(train) / len(train), run.metric("dev_ppl"), best, step
 
 
 def fit_table(an: Analysis) -> Table:
@@ -436,10 +436,11 @@ def fit_table(an: Analysis) -> Table:
         fits = [f for r in rr.finished.values() if (f := _fit(r)) is not None]
         if not fits:
             continue
-        mean = [sum(f[i] for f in fits) / len(fits) for i in range(3)]
-        end = fnum(rr.summary("ppl")[0], 2) if rr.values["ppl"] else ""
-        steps = ", ".join(str(f[2]) for f in fits)
-        body.append([rr.row, len(fits), fnum(mean[0], 3), end, fnum(mean[1], 2), steps])
+        ends = [f[1] for f in fits if f[1] is not None]
+        end = fnum(sum(ends) / len(ends), 2) if len(ends) == len(fits) else ""
+        train, best = (sum(f[i] for f in fits) / len(fits) for i in (0, 2))
+        steps = ", ".join(str(f[3]) for f in fits)
+        body.append([rr.row, len(fits), fnum(train, 3), end, fnum(best, 2), steps])
     note = "train loss is label-smoothed at the row's eps_ls; dev PPL is not"
     return Table(cols, body, align="lrrrrl", title=f"Fit (mean over finished seeds; {note})")
 
@@ -485,29 +486,42 @@ def _intervals_exclude_zero(c: Compare) -> bool:
     return t is not None and b is not None and (t.lo > 0 or t.hi < 0) and (b.lo > 0 or b.hi < 0)
 
 
-def agreement_line(an: Analysis) -> str:
-    """How many rows with a paper dev-PPL effect agree with it in sign, and how many of those both
-    intervals support: the table's one-line reading against the paper."""
+def agreement(an: Analysis) -> dict[str, list[str]]:
+    """The rows with a paper dev-PPL effect (|paper Δ| >= 0.05), those measured here, those that agree with
+    the paper in sign, those both intervals support, and those that disagree."""
     base = an.get("base")
     paper_base = base.paper.ppl if base and base.paper else None
     effect = [
-        (rr.row, rr.cmp.get("ppl"))
+        rr
         for rr in an.rows
         if rr.row != "base"
         and rr.paper is not None
         and paper_base is not None
         and round(abs(rr.paper.ppl - paper_base), 2) >= PAPER_PPL_EFFECT
     ]
-    measured = [(r, c) for r, c in effect if c is not None and c.diff is not None]
-    agree = [(r, c) for r, c in measured if c.direction() == "agree"]
-    supported = [r for r, c in agree if _intervals_exclude_zero(c)]
-    n_meas = "" if len(measured) == len(effect) else f" ({len(measured)} of them measured)"
+    measured = [rr for rr in effect if (c := rr.cmp.get("ppl")) is not None and c.diff is not None]
+    agree = [rr for rr in measured if rr.cmp["ppl"].direction() == "agree"]
+    return {
+        "paper_effect": [rr.row for rr in effect],
+        "measured": [rr.row for rr in measured],
+        "agree": [rr.row for rr in agree],
+        "supported": [rr.row for rr in agree if _intervals_exclude_zero(rr.cmp["ppl"])],
+        "disagree": [rr.row for rr in measured if rr not in agree],
+    }
+
+
+def agreement_line(an: Analysis) -> str:
+    """The table's one-line reading against the paper."""
+    a = agreement(an)
+    if not a["measured"]:
+        return "Against the paper: no row with a paper dev-PPL effect has been measured against base yet."
+    n_meas = "" if a["measured"] == a["paper_effect"] else f" ({len(a['measured'])} of them measured)"
+    supported = f" ({', '.join(a['supported'])})" if a["supported"] else ""
     return (
-        f"**Against the paper: {len(agree)} of the {len(effect)} rows whose paper dev-PPL difference to "
-        f"base is at least {PAPER_PPL_EFFECT}{n_meas} agree with it in sign; {len(supported)} of those with "
-        f"both the seed-level t interval and the bootstrap interval excluding zero"
-        f"{' (' + ', '.join(supported) + ')' if supported else ''}.** Disagreeing: "
-        f"{', '.join(r for r, c in measured if c.direction() != 'agree') or 'none'}."
+        f"**Against the paper: {len(a['agree'])} of the {len(a['paper_effect'])} rows whose paper dev-PPL "
+        f"difference to base is at least {PAPER_PPL_EFFECT}{n_meas} agree with it in sign; "
+        f"{len(a['supported'])} of those with both the seed-level t interval and the bootstrap interval "
+        f"excluding zero{supported}.** Disagreeing: {', '.join(a['disagree']) or 'none'}."
     )
 
 
@@ -682,6 +696,13 @@ def table3_json(an: Analysis) -> dict[str, Any]:
                     "bootstrap": asdict(c.boot) if c.boot else None,
                     "p_boot_holm": c.p_boot_holm,
                 }
+        mean, sd, n = rr.summary("test_bleu")
+        d["test_bleu"] = {
+            "mean": mean,
+            "sd": sd,
+            "n": n,
+            "per_seed": {str(k): v for k, v in rr.values["test_bleu"].items()},
+        }
         d["cost"] = {
             k: rr.mean_of(k) for k in ("wall_time_s", "train_time_s", "tokens_per_s", "flops_estimate")
         }
@@ -694,7 +715,7 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             "base_effective": coll.base_effective,
             "rows": rows,
             "summary": direction_summary(an),
-            "agreement": agreement_line(an),
+            "agreement": agreement(an),
             "warnings": coll.warnings,
             "excluded": coll.excluded,
         }
