@@ -70,6 +70,12 @@ class Compare:
     n_base: int = 0
 
     @property
+    def both_exclude_zero(self) -> bool:
+        """The seed-level t interval and the bootstrap interval both exclude zero (one seed has no t)."""
+        t, b = self.ttest, self.boot
+        return t is not None and b is not None and (t.lo > 0 or t.hi < 0) and (b.lo > 0 or b.hi < 0)
+
+    @property
     def improves(self) -> bool:
         """Better than base with an interval that excludes zero, over at least two seeds per side (only then
         is a cell bolded: one seed per side compares two checkpoints, not two configurations)."""
@@ -195,6 +201,13 @@ def _sentences(rr: RowResult) -> dict[int, stats.Sentences]:
     }
 
 
+def _diff_to_base(rv: dict[int, float], bv: dict[int, float]) -> tuple[float, dict[int, float]]:
+    """The row's mean minus base's over the same seeds (all of base's where the row has seeds base lacks),
+    and the base values that mean is over."""
+    bv_cmp = {s: bv[s] for s in rv} if set(rv) <= set(bv) else bv
+    return stats.mean_sd(list(rv.values()))[0] - stats.mean_sd(list(bv_cmp.values()))[0], bv_cmp
+
+
 def _compare(rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_seed: int, seeds_min: int):
     """rr.cmp[metric]: the row minus base, paired by seed where every seed of the row also ran for base."""
     row_sent = None
@@ -204,8 +217,7 @@ def _compare(rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_
         if not bv or not rv or len(rv) < seeds_min or len(bv) < seeds_min:
             continue
         paired_seeds = set(rv) <= set(bv)
-        bv_cmp = {s: bv[s] for s in rv} if paired_seeds else bv
-        c.diff = stats.mean_sd(list(rv.values()))[0] - stats.mean_sd(list(bv_cmp.values()))[0]
+        c.diff, bv_cmp = _diff_to_base(rv, bv)
         c.n_row, c.n_base = len(rv), len(bv_cmp)
         common = sorted(rv) if paired_seeds else []
         try:
@@ -301,10 +313,14 @@ def _test_cell(t: stats.TTest | None, n_row: int) -> str:
     return f"{t.kind} (df {t.df:.1f})" if t.kind == "Welch t" else f"{t.kind} (df {t.df:g})"
 
 
+def _has_test(an: Analysis) -> bool:
+    return any(rr.values["test_bleu"] for rr in an.rows)
+
+
 def main_table(an: Analysis) -> Table:
     base = an.get("base")
     base_model = base.model if base else asdict(ModelConfig())
-    has_test = any(rr.values["test_bleu"] for rr in an.rows)
+    has_test = _has_test(an)
     cols = [
         "row",
         *[c for _, c in MODEL_COLUMNS],
@@ -352,13 +368,10 @@ def main_table(an: Analysis) -> Table:
 
 
 def _mean_diff(rr: RowResult, base: RowResult | None, m: str) -> float | None:
-    """The row's mean minus base's over the same seeds (all of base's where the row has seeds base lacks),
-    as Δ base of the dev metrics; an extra column, without intervals."""
+    """Δ base of an extra metric (no interval): as for the dev metrics."""
     if base is None or rr is base or not rr.values[m] or not base.values[m]:
         return None
-    row, ref = rr.values[m], base.values[m]
-    ref_seeds = row.keys() if row.keys() <= ref.keys() else ref.keys()
-    return stats.mean_sd(list(row.values()))[0] - stats.mean_sd([ref[s] for s in ref_seeds])[0]
+    return _diff_to_base(rr.values[m], base.values[m])[0]
 
 
 def stats_table(an: Analysis, m: str) -> Table:
@@ -480,24 +493,15 @@ def cost_table(an: Analysis) -> Table:
 PAPER_PPL_EFFECT = 0.05  # the paper's dev-PPL differences to base this large count as effects (15 rows)
 
 
-def _intervals_exclude_zero(c: Compare) -> bool:
-    """Both the seed-level t interval and the bootstrap interval exclude zero (one seed has no t)."""
-    t, b = c.ttest, c.boot
-    return t is not None and b is not None and (t.lo > 0 or t.hi < 0) and (b.lo > 0 or b.hi < 0)
-
-
 def agreement(an: Analysis) -> dict[str, list[str]]:
     """The rows with a paper dev-PPL effect (|paper Δ| >= 0.05), those measured here, those that agree with
     the paper in sign, those both intervals support, and those that disagree."""
-    base = an.get("base")
-    paper_base = base.paper.ppl if base and base.paper else None
     effect = [
         rr
         for rr in an.rows
         if rr.row != "base"
-        and rr.paper is not None
-        and paper_base is not None
-        and round(abs(rr.paper.ppl - paper_base), 2) >= PAPER_PPL_EFFECT
+        and (d := paper.paper_delta(rr.row, "ppl")) is not None
+        and round(abs(d), 2) >= PAPER_PPL_EFFECT
     ]
     measured = [rr for rr in effect if (c := rr.cmp.get("ppl")) is not None and c.diff is not None]
     agree = [rr for rr in measured if rr.cmp["ppl"].direction() == "agree"]
@@ -505,7 +509,7 @@ def agreement(an: Analysis) -> dict[str, list[str]]:
         "paper_effect": [rr.row for rr in effect],
         "measured": [rr.row for rr in measured],
         "agree": [rr.row for rr in agree],
-        "supported": [rr.row for rr in agree if _intervals_exclude_zero(rr.cmp["ppl"])],
+        "supported": [rr.row for rr in agree if rr.cmp["ppl"].both_exclude_zero],
         "disagree": [rr.row for rr in measured if rr not in agree],
     }
 
@@ -612,7 +616,7 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
         "† = stale record (see below).",
         "",
     ]
-    if any(rr.values["test_bleu"] for rr in an.rows):
+    if _has_test(an):
         lines += [
             "BLEU test: the test set the records name (test_2016_flickr on Multi30k), decoded from each "
             "run's final checkpoint(s), sacreBLEU as for dev; mean ± sd, Δ base as above, without intervals.",
