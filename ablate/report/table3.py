@@ -427,8 +427,24 @@ def stats_table(an: Analysis, m: str) -> Table:
     return Table(cols, body, align="lrrrlrrrrrlrl", title=f"{name}: difference to our base")
 
 
-def _fit(run: Run) -> tuple[float, float | None, float, int] | None:
-    """(mean train loss over the last 10% of steps, final dev PPL, best dev PPL on the curve, its step)."""
+@dataclass
+class Fit:
+    """One run's curve read for fit (or the mean over a row's seeds)."""
+
+    train_loss: float  # mean training loss over the last 10% of steps (label-smoothed at the row's eps_ls)
+    end_ppl: float | None  # dev PPL of the final checkpoint(s), as recorded
+    best_ppl: float  # the lowest dev PPL on the curve
+    best_steps: list[int]  # where the curve bottomed (one step per seed)
+    last_step: int
+    late: float | None  # dev PPL at the end over dev PPL at 90% of the steps, minus 1 (< 0: still falling)
+
+    @property
+    def overfits(self) -> bool:
+        """Dev PPL ends more than 1% above its best: the curve turned back up before the end."""
+        return self.end_ppl is not None and self.end_ppl > 1.01 * self.best_ppl
+
+
+def _fit(run: Run) -> Fit | None:
     curve = run.curves()
     dev = [(int(c["step"]), float(c["dev_ppl"])) for c in curve if c.get("dev_ppl") is not None]
     last = max((int(c["step"]) for c in curve), default=0)
@@ -436,26 +452,104 @@ def _fit(run: Run) -> tuple[float, float | None, float, int] | None:
     if not dev or not train:
         return None
     step, best = min(dev, key=lambda d: d[1])
-    return sum(train) / len(train), run.metric("dev_ppl"), best, step
+    before = [p for s, p in dev if s <= 0.9 * last]
+    late = dev[-1][1] / before[-1] - 1 if before else None
+    return Fit(sum(train) / len(train), run.metric("dev_ppl"), best, [step], last, late)
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    return None if not xs or any(x is None for x in xs) else sum(xs) / len(xs)
+
+
+def row_fit(rr: RowResult) -> Fit | None:
+    """The mean of a row's finished seeds' fits; None where no seed has a curve to read."""
+    fits = [f for s in sorted(rr.finished) if (f := _fit(rr.finished[s])) is not None]
+    if not fits:
+        return None
+    return Fit(
+        _mean([f.train_loss for f in fits]),
+        _mean([f.end_ppl for f in fits]),
+        _mean([f.best_ppl for f in fits]),
+        [f.best_steps[0] for f in fits],
+        max(f.last_step for f in fits),
+        _mean([f.late for f in fits]),
+    )
+
+
+def _pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:+.1f}%"
 
 
 def fit_table(an: Analysis) -> Table:
-    """Where each row's dev curve bottomed against where it ended, and its training loss: the evidence
-    that tells a row still learning, one that overfits (best well before the end, dev rising after) and
-    one that underfits (high training loss)."""
-    cols = ["row", "seeds", "train loss, last 10% of steps", "dev PPL, end", "dev PPL, best", "best at step"]
+    """Where each row's dev curve bottomed against where it ended, how much it still fell over the last
+    10% of steps, and its training loss: the evidence that tells a row still learning, one that overfits
+    (best well before the end, dev rising after) and one that underfits (high training loss)."""
+    cols = [
+        "row",
+        "seeds",
+        "train loss, last 10% of steps",
+        "dev PPL, end",
+        "dev PPL, best",
+        "best at step",
+        "dev PPL change, last 10% of steps",
+    ]
     body = []
     for rr in an.rows:
-        fits = [f for r in rr.finished.values() if (f := _fit(r)) is not None]
-        if not fits:
+        if (f := row_fit(rr)) is None:
             continue
-        ends = [f[1] for f in fits if f[1] is not None]
-        end = fnum(sum(ends) / len(ends), 2) if len(ends) == len(fits) else ""
-        train, best = (sum(f[i] for f in fits) / len(fits) for i in (0, 2))
-        steps = ", ".join(str(f[3]) for f in fits)
-        body.append([rr.row, len(fits), fnum(train, 3), end, fnum(best, 2), steps])
+        steps = ", ".join(map(str, f.best_steps))
+        body.append(
+            [rr.row, len(f.best_steps), fnum(f.train_loss, 3), fnum(f.end_ppl, 2), fnum(f.best_ppl, 2), steps]
+            + [_pct(f.late)]
+        )
     note = "train loss is label-smoothed at the row's eps_ls; dev PPL is not"
-    return Table(cols, body, align="lrrrrl", title=f"Fit (mean over finished seeds; {note})")
+    return Table(cols, body, align="lrrrrlr", title=f"Fit (mean over finished seeds; {note})")
+
+
+def _curve_reading(f: Fit, fb: Fit) -> str:
+    where = f"best dev PPL at step {', '.join(map(str, f.best_steps))} of {f.last_step}"
+    if f.overfits:
+        return f"{where}, ending {_pct(f.end_ppl / f.best_ppl - 1)} above it: it overfits"
+    late = f"{_pct(f.late)} over the last 10% of steps against base's {_pct(fb.late)}"
+    if f.late is not None and f.late < -0.01:
+        return f"{where}, still falling ({late}): it is still learning"
+    return f"{where}, level at the end ({late})"
+
+
+def _train_reading(rr: RowResult, base: RowResult, f: Fit, fb: Fit) -> str:
+    if rr.model.get("label_smoothing") != base.model.get("label_smoothing"):
+        return "its training loss does not compare with base's (another eps_ls)"
+    lower_dev = rr.cmp["ppl"].diff < 0
+    lower_train = f.train_loss < fb.train_loss
+    what = "moves with" if lower_train == lower_dev else "moves against"
+    kind = "fit" if lower_train == lower_dev else "generalisation"
+    return (
+        f"training loss over the last 10% of steps {f.train_loss:.3f} against base's {fb.train_loss:.3f}, "
+        f"which {what} dev PPL: a difference of {kind}"
+    )
+
+
+def disagreement_evidence(an: Analysis) -> list[str]:
+    """A line of evidence per row whose dev PPL differs from base in the opposite direction to the paper:
+    the difference with its interval, what the training loss says (fit or generalisation) and what the
+    dev curve says (overfitting, still learning, level). Facts from the curves, not a diagnosis."""
+    base, out = an.get("base"), []
+    fb = row_fit(base) if base else None
+    for row in agreement(an)["disagree"]:
+        rr = an.get(row)
+        c, f = rr.cmp["ppl"], row_fit(rr)
+        iv = c.interval
+        head = (
+            f"- **{row}**: dev PPL {rr.summary('ppl')[0]:.2f} against base's {base.summary('ppl')[0]:.2f} "
+            f"(Δ {c.diff:+.2f}"
+            + (f", interval [{iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else "")
+            + f"; paper Δ {c.paper_diff:+.2f}, {c.n_row}/{c.n_base} seeds)"
+        )
+        if f is None or fb is None:
+            out.append(head + "; no curves to read.")
+            continue
+        out.append(f"{head}; {_train_reading(rr, base, f, fb)}; {_curve_reading(f, fb)}.")
+    return out
 
 
 def cost_table(an: Analysis) -> Table:
@@ -643,6 +737,9 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
         lines.append(f"- {row} {m.upper()}: {f}")
     if flagged:
         lines.append("")
+    evidence = disagreement_evidence(an)
+    if evidence:
+        lines += ["### Rows against the paper: what their curves say", ""] + evidence + [""]
     for extra in (fit_table(an), cost_table(an)):
         if extra.rows:
             lines.append(_md(extra))
@@ -720,6 +817,7 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             "rows": rows,
             "summary": direction_summary(an),
             "agreement": agreement(an),
+            "disagreement_evidence": disagreement_evidence(an),
             "warnings": coll.warnings,
             "excluded": coll.excluded,
         }
