@@ -336,7 +336,8 @@ def test_missing_command(fixture_dir, capsys):
         f"python -m ablate.run -m model=E seed=1 {over} resume=false",
     ]
     assert main(["table3", *ARGS, "--missing-command", "--rows", "base,D3", "--seeds", "1,2,3"]) == 0
-    assert capsys.readouterr().out.startswith("# nothing to run")
+    out, err = capsys.readouterr()
+    assert out == "" and err.splitlines()[-1].startswith("nothing to run")
 
 
 def test_tables_2_and_4(tmp_path, monkeypatch):

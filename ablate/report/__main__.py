@@ -182,7 +182,11 @@ def _table3(args, coll) -> int:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
         cmds = t3.missing_commands(an, rows, seeds, results_dir=args.results)
         if not cmds:
-            print("# nothing to run: every requested cell has a current finished or running record")
+            # stdout stays empty, so that `$(python -m ablate.report --missing-command)` runs nothing
+            print(
+                "nothing to run: every requested cell has a current finished or running record",
+                file=sys.stderr,
+            )
         for c in cmds:
             print(c)
         return 0
