@@ -417,7 +417,7 @@ def test_a_missing_command_composes_the_record_s_recipe_and_scale(recipe, scale)
 
     from ablate.config import register_configs
     from ablate.report.collect import Run
-    from ablate.report.table3 import run_overrides
+    from ablate.report.missing import run_overrides
 
     register_configs()
     root = Path(__file__).resolve().parents[1]
@@ -431,8 +431,8 @@ def test_a_missing_command_composes_the_record_s_recipe_and_scale(recipe, scale)
 
 
 def test_fit_finds_where_the_dev_curve_bottomed_and_the_late_training_loss(tmp_path):
+    from ablate.report.analysis import _fit
     from ablate.report.collect import Run
-    from ablate.report.table3 import _fit
 
     lines = [{"step": s, "train_loss": s / 100} for s in range(10, 1001, 10)]  # last 10%: steps 910..1000
     lines += [{"step": 200, "dev_ppl": 9.0}, {"step": 400, "dev_ppl": 7.5}, {"step": 1000, "dev_ppl": 8.0}]

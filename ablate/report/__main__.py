@@ -116,9 +116,10 @@ def main(argv: list[str] | None = None) -> int:
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     if cmd in ("table2", "table4"):
-        from ablate.report import table3 as t3
+        from ablate.report.table2 import table2
+        from ablate.report.table4 import table4
 
-        table, notes = (t3.table2 if cmd == "table2" else t3.table4)(coll)
+        table, notes = (table2 if cmd == "table2" else table4)(coll)
         table.notes = notes
         text = render(table, args.format) if args.format != "md" else to_markdown(table)
         _emit(text, _out_path(args, cmd), args.quiet)
@@ -169,9 +170,11 @@ def _emit(text: str, out: Path | None, quiet: bool) -> None:
 
 def _table3(args, coll) -> int:
     from ablate.report import table3 as t3
+    from ablate.report.analysis import analyse
+    from ablate.report.missing import missing_commands
 
     rows = args.rows.split(",") if args.rows else None
-    an = t3.analyse(
+    an = analyse(
         coll,
         rows=None if args.missing_command else rows,
         n_boot=args.n_boot,
@@ -180,7 +183,7 @@ def _table3(args, coll) -> int:
     )
     if args.missing_command:
         seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-        cmds = t3.missing_commands(an, rows, seeds, results_dir=args.results)
+        cmds = missing_commands(an, rows, seeds, results_dir=args.results)
         if not cmds:
             # stdout stays empty, so that `$(python -m ablate.report --missing-command)` runs nothing
             print(

@@ -220,12 +220,13 @@ def _table_markdown(results: Path, sweep: str) -> str:
     """The text `python -m ablate.report` writes for the sweep, without the plot images (a W&B Markdown
     block cannot reach local files)."""
     from ablate.report import table3 as t3
+    from ablate.report.analysis import analyse
     from ablate.report.collect import collect
 
     coll = collect(results, None, task="translation", sweep=sweep)
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    return t3.table3_markdown(t3.analyse(coll), {}, None)
+    return t3.table3_markdown(analyse(coll), {}, None)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report import paper
-from ablate.report.table3 import Analysis, RowResult, _label
+from ablate.report.analysis import Analysis, RowResult
+from ablate.report.table3 import _label
 
 
 def _plt():

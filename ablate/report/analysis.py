@@ -1,0 +1,316 @@
+"""Table 3's analysis: each row's seeds, its difference to base with a t-test and a hierarchical bootstrap,
+Holm's correction across rows, the reading against the paper, and each run's curves read for fit.
+table3.py renders it; the statistics live in stats.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ablate.config import ModelConfig
+from ablate.report import paper, stats
+from ablate.report.collect import Collection, Run
+from ablate.rows import ordered
+
+METRICS = ("ppl", "bleu")
+
+
+RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu", "test_bleu": "test_bleu"}
+
+
+EXTRA = ("test_bleu",)  # shown per row with its difference to base; the statistics are for METRICS
+
+
+BETTER = {"ppl": -1, "bleu": +1}  # sign of an improvement
+
+
+OPPOSITE = "opposite sign to the paper"
+
+
+@dataclass
+class Compare:
+    metric: str
+    diff: float | None = None  # mean(row) - mean(base) over all finished seeds
+    ttest: stats.TTest | None = None
+    boot: stats.Bootstrap | None = None
+    p_t_holm: float = math.nan
+    p_boot_holm: float = math.nan
+    paper_diff: float | None = None
+    flags: list[str] = field(default_factory=list)
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The primary interval: the hierarchical bootstrap where per-sentence files exist, else the t CI."""
+        if self.boot is not None:
+            return self.boot.lo, self.boot.hi
+        if self.ttest is not None:
+            return self.ttest.lo, self.ttest.hi
+        return None
+
+    @property
+    def excludes_zero(self) -> bool:
+        iv = self.interval
+        return iv is not None and (iv[0] > 0 or iv[1] < 0)
+
+    n_row: int = 0  # seeds compared
+    n_base: int = 0
+
+    @property
+    def both_exclude_zero(self) -> bool:
+        """The seed-level t interval and the bootstrap interval both exclude zero (one seed has no t)."""
+        t, b = self.ttest, self.boot
+        return t is not None and b is not None and (t.lo > 0 or t.hi < 0) and (b.lo > 0 or b.hi < 0)
+
+    @property
+    def improves(self) -> bool:
+        """Better than base with an interval that excludes zero, over at least two seeds per side (only then
+        is a cell bolded: one seed per side compares two checkpoints, not two configurations)."""
+        t_ok = self.ttest is None or self.ttest.lo > 0 or self.ttest.hi < 0
+        return (
+            self.diff is not None
+            and self.excludes_zero
+            and t_ok  # a bootstrap over 2-5 seeds is too narrow: the seed-level t interval must agree
+            and self.diff * BETTER[self.metric] > 0
+            and min(self.n_row, self.n_base) >= 2
+        )
+
+    def direction(self) -> str | None:
+        """'agree' | 'opposite' | 'no paper effect' | None (nothing to compare)."""
+        if self.diff is None or self.paper_diff is None:
+            return None
+        if self.paper_diff == 0:
+            return "no paper effect"
+        if self.diff == 0:
+            return "no effect here"
+        return "agree" if (self.diff > 0) == (self.paper_diff > 0) else "opposite"
+
+
+@dataclass
+class RowResult:
+    row: str
+    group: str
+    model: dict[str, Any]  # paper-scale row settings (ModelConfig fields)
+    runs: dict[int, Run]
+    finished: dict[int, Run]
+    values: dict[str, dict[int, float]]  # metric -> seed -> value
+    cmp: dict[str, Compare] = field(default_factory=dict)
+    paper: paper.PaperRow | None = None
+
+    def summary(self, metric: str) -> tuple[float, float, int]:
+        return stats.mean_sd(list(self.values[metric].values()))
+
+    @property
+    def stale(self) -> list[tuple[int, list[str]]]:
+        return [(s, r.stale) for s, r in self.runs.items() if r.stale]
+
+    def status(self) -> str:
+        if not self.runs:
+            return "not run"
+        parts = []
+        if self.finished:
+            parts.append(f"{len(self.finished)} seed{'s' if len(self.finished) > 1 else ''}")
+        running = [s for s, r in self.runs.items() if r.status == "running"]
+        if running:
+            parts.append(
+                "running"
+                + ("" if not self.finished and len(self.runs) == 1 else " s" + ",".join(map(str, running)))
+            )
+        for s, r in self.runs.items():
+            if r.status == "failed":
+                reason = str(r.rec.get("reason") or "no reason given").splitlines()[0]
+                parts.append(f"failed s{s}: {reason}")
+            elif r.status == "interrupted":
+                parts.append(f"interrupted s{s} (its process is gone; rerun to resume)")
+        return "; ".join(parts)
+
+    def mean_of(self, key: str) -> float | None:
+        v = [float(r.rec[key]) for r in self.finished.values() if r.rec.get(key) is not None]
+        return sum(v) / len(v) if v else None
+
+
+@dataclass
+class Analysis:
+    rows: list[RowResult]
+    coll: Collection
+    n_boot: int
+    notes: list[str]
+
+    def get(self, row: str) -> RowResult | None:
+        return next((r for r in self.rows if r.row == row), None)
+
+
+def _model_dict(coll: Collection, row: str, runs: dict[int, Run]) -> dict[str, Any]:
+    for r in runs.values():
+        m = r.cfg("model")
+        if m:
+            base = asdict(coll.rows.models.get(row, ModelConfig(name=row)))
+            base.update({k: v for k, v in m.items() if k in base})
+            return base
+    return asdict(coll.rows.models.get(row, ModelConfig(name=row)))
+
+
+def analyse(
+    coll: Collection,
+    rows: list[str] | None = None,
+    n_boot: int = 1000,
+    boot_seed: int = 0,
+    seeds_min: int = 1,
+) -> Analysis:
+    """Each row's figures, its difference from base with a t-test and a hierarchical bootstrap, and Holm's
+    correction across the rows (per metric and per test)."""
+    t3 = paper.table3()
+    order = rows or ordered(set(paper.PAPER_ORDER) | set(coll.runs))
+    results = [_row_result(coll, row, t3) for row in order]
+    base = next((r for r in results if r.row == "base"), None) or _row_result(coll, "base", t3)
+    base_sent = _sentences(base)
+    for rr in results:
+        if rr.row != "base":
+            _compare(rr, base, base_sent, n_boot, boot_seed, seeds_min)
+    _correct_and_flag([r for r in results if r.row != "base"])
+    return Analysis(results, coll, n_boot, [])
+
+
+def _row_result(coll: Collection, row: str, t3: dict) -> RowResult:
+    runs, finished = coll.runs.get(row, {}), coll.finished(row)
+    values = {
+        m: {s: v for s, r in finished.items() if (v := r.metric(RECORD_KEY[m])) is not None}
+        for m in METRICS + EXTRA
+    }
+    model = _model_dict(coll, row, runs)
+    group = t3[row].group if row in t3 else (model.get("group") or "extra")
+    return RowResult(row, group, model, runs, finished, values, paper=t3.get(row))
+
+
+def _sentences(rr: RowResult) -> dict[int, stats.Sentences]:
+    return {
+        s: stats.Sentences.from_arrays(d) for s, r in rr.finished.items() if (d := r.sentences()) is not None
+    }
+
+
+def diff_to_base(rv: dict[int, float], bv: dict[int, float]) -> tuple[float, dict[int, float]]:
+    """The row's mean minus base's over the same seeds (all of base's where the row has seeds base lacks),
+    and the base values that mean is over."""
+    bv_cmp = {s: bv[s] for s in rv} if set(rv) <= set(bv) else bv
+    return stats.mean_sd(list(rv.values()))[0] - stats.mean_sd(list(bv_cmp.values()))[0], bv_cmp
+
+
+def _compare(rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_seed: int, seeds_min: int):
+    """rr.cmp[metric]: the row minus base, paired by seed where every seed of the row also ran for base."""
+    row_sent = None
+    for m in METRICS:
+        c = rr.cmp[m] = Compare(m, paper_diff=paper.paper_delta(rr.row, m))
+        bv, rv = base.values[m], rr.values[m]
+        if not bv or not rv or len(rv) < seeds_min or len(bv) < seeds_min:
+            continue
+        paired_seeds = set(rv) <= set(bv)
+        c.diff, bv_cmp = diff_to_base(rv, bv)
+        c.n_row, c.n_base = len(rv), len(bv_cmp)
+        common = sorted(rv) if paired_seeds else []
+        try:
+            if len(common) >= 2:
+                c.ttest = stats.paired_t([bv[s] for s in common], [rv[s] for s in common])
+            elif len(bv) >= 2 and len(rv) >= 2:
+                c.ttest = stats.welch(list(bv.values()), list(rv.values()))
+        except ValueError:
+            c.ttest = None
+        row_sent = _sentences(rr) if row_sent is None else row_sent
+        if base_sent and row_sent:
+            paired = set(row_sent) <= set(base_sent)
+            b = {s: base_sent[s] for s in row_sent} if paired else base_sent
+            try:
+                c.boot = stats.hierarchical_bootstrap(
+                    b, row_sent, m, n_boot=n_boot, seed=boot_seed, paired=paired
+                )
+            except ValueError:
+                c.boot = None
+
+
+def _correct_and_flag(compared: list[RowResult]) -> None:
+    """Holm across the rows compared with base, per metric and per test; flag disagreements with the paper."""
+    for m in METRICS:
+        cs = [r.cmp[m] for r in compared]
+        for c, adj in zip(cs, stats.holm([c.ttest.p if c.ttest else None for c in cs]), strict=True):
+            c.p_t_holm = adj
+        for c, adj in zip(cs, stats.holm([c.boot.p if c.boot else None for c in cs]), strict=True):
+            c.p_boot_holm = adj
+        for c in cs:
+            if c.direction() == "opposite":
+                c.flags.append(OPPOSITE)
+            iv = c.interval
+            if iv is not None and c.paper_diff is not None and not iv[0] <= c.paper_diff <= iv[1]:
+                c.flags.append("interval excludes the paper's Δ")
+
+
+PAPER_PPL_EFFECT = 0.05  # the paper's dev-PPL differences to base this large count as effects (15 rows)
+
+
+def agreement(an: Analysis) -> dict[str, list[str]]:
+    """The rows with a paper dev-PPL effect (|paper Δ| >= 0.05), those measured here, those that agree with
+    the paper in sign, those both intervals support, and those that disagree."""
+    effect = [
+        rr
+        for rr in an.rows
+        if rr.row != "base"
+        and (d := paper.paper_delta(rr.row, "ppl")) is not None
+        and round(abs(d), 2) >= PAPER_PPL_EFFECT
+    ]
+    measured = [rr for rr in effect if (c := rr.cmp.get("ppl")) is not None and c.diff is not None]
+    agree = [rr for rr in measured if rr.cmp["ppl"].direction() == "agree"]
+    return {
+        "paper_effect": [rr.row for rr in effect],
+        "measured": [rr.row for rr in measured],
+        "agree": [rr.row for rr in agree],
+        "supported": [rr.row for rr in agree if rr.cmp["ppl"].both_exclude_zero],
+        "disagree": [rr.row for rr in measured if rr not in agree],
+    }
+
+
+@dataclass
+class Fit:
+    """One run's curve read for fit (or the mean over a row's seeds)."""
+
+    train_loss: float  # mean training loss over the last 10% of steps (label-smoothed at the row's eps_ls)
+    end_ppl: float | None  # dev PPL of the final checkpoint(s), as recorded
+    best_ppl: float  # the lowest dev PPL on the curve
+    best_steps: list[int]  # where the curve bottomed (one step per seed)
+    last_step: int
+    late: float | None  # dev PPL at the end over dev PPL at 90% of the steps, minus 1 (< 0: still falling)
+
+    @property
+    def overfits(self) -> bool:
+        """Dev PPL ends more than 1% above its best: the curve turned back up before the end."""
+        return self.end_ppl is not None and self.end_ppl > 1.01 * self.best_ppl
+
+
+def _fit(run: Run) -> Fit | None:
+    curve = run.curves()
+    dev = [(int(c["step"]), float(c["dev_ppl"])) for c in curve if c.get("dev_ppl") is not None]
+    last = max((int(c["step"]) for c in curve), default=0)
+    train = [float(c["train_loss"]) for c in curve if "train_loss" in c and int(c["step"]) > 0.9 * last]
+    if not dev or not train:
+        return None
+    step, best = min(dev, key=lambda d: d[1])
+    before = [p for s, p in dev if s <= 0.9 * last]
+    late = dev[-1][1] / before[-1] - 1 if before else None
+    return Fit(sum(train) / len(train), run.metric("dev_ppl"), best, [step], last, late)
+
+
+def _mean(xs: list[float | None]) -> float | None:
+    return None if not xs or any(x is None for x in xs) else sum(xs) / len(xs)
+
+
+def row_fit(rr: RowResult) -> Fit | None:
+    """The mean of a row's finished seeds' fits; None where no seed has a curve to read."""
+    fits = [f for s in sorted(rr.finished) if (f := _fit(rr.finished[s])) is not None]
+    if not fits:
+        return None
+    return Fit(
+        _mean([f.train_loss for f in fits]),
+        _mean([f.end_ppl for f in fits]),
+        _mean([f.best_ppl for f in fits]),
+        [f.best_steps[0] for f in fits],
+        max(f.last_step for f in fits),
+        _mean([f.late for f in fits]),
+    )

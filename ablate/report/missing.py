@@ -1,0 +1,120 @@
+"""The cells of Table 3 still to run (missing, failed, interrupted, stale) and the `ablate.run` commands
+that run exactly those, with the recipe, scale and settings the finished records were run with."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, fields
+from typing import Any
+
+from ablate.config import ArchConfig, DataConfig, DecodeConfig, TrainConfig, TrainerConfig
+from ablate.report import paper
+from ablate.report.analysis import Analysis
+from ablate.report.collect import Run
+from ablate.results import NOT_IDENTITY
+
+
+def missing_cells(
+    an: Analysis, rows: list[str] | None = None, seeds: list[int] | None = None
+) -> dict[tuple[str, int], str]:
+    """(row, seed) -> 'missing' | 'failed' | 'stale' for the requested rows x seeds."""
+    coll = an.coll
+    rows = rows or list(paper.PAPER_ORDER)
+    seeds = seeds or coll.seeds() or [1]
+    out = {}
+    for row in rows:
+        by = coll.runs.get(row, {})
+        for s in seeds:
+            r = by.get(s)
+            if r is None:
+                out[(row, s)] = "missing"
+            elif r.status in ("failed", "interrupted"):
+                out[(row, s)] = r.status
+            elif r.stale and r.status == "finished":  # a running run is left alone
+                out[(row, s)] = "stale"
+    return out
+
+
+def _hydra_value(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
+    s = str(v)
+    if any(ch in s for ch in " ,=[]{}()'\"$*?"):
+        return "'" + s.replace("'", "\\'") + "'"
+    return s
+
+
+_SKIP = NOT_IDENTITY | {"data.name"}  # data.name: given as data=<name>
+
+
+def run_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
+    """The non-model overrides a record was run with: scale and data presets, then every train/decode/trainer/
+    data value that differs from the dataclass default (harmless where a preset sets the same value)."""
+    out: list[str] = []
+    if run is None:
+        return out
+    if run.recipe is not None:  # always named: the defaults (recipe=cpu scale=cpu) are not the paper's
+        out.append(f"recipe={run.recipe}")
+    out.append(f"scale={run.scale_name}")
+    data = run.cfg("data") or {}
+    if data.get("name", "builtin") != "builtin":
+        out.append(f"data={data['name']}")
+    for section, cls in (
+        ("base", ArchConfig),
+        ("data", DataConfig),
+        ("train", TrainConfig),
+        ("decode", DecodeConfig),
+        ("trainer", TrainerConfig),
+    ):
+        got = run.cfg(section) or {}
+        for f in fields(cls):
+            key = f"{section}.{f.name}"
+            if key in _SKIP or f.name not in got:
+                continue
+            default = asdict(cls())[f.name]
+            v = got[f.name]
+            if isinstance(default, tuple):
+                default = list(default)
+            if v != default:
+                out.append(f"{key}={_hydra_value(v)}")
+    if run.rec.get("task", "translation") != "translation":
+        out.append(f"task={run.rec['task']}")
+    if results_dir and results_dir != "results":
+        out.append(f"results_dir={_hydra_value(results_dir)}")
+    return out
+
+
+def missing_commands(
+    an: Analysis,
+    rows: list[str] | None = None,
+    seeds: list[int] | None = None,
+    results_dir: str | None = None,
+) -> list[str]:
+    """One `python -m ablate.run -m` per set of rows needing the same seeds: exactly the missing, failed or
+    stale cells (stale ones are rerun with resume=false)."""
+    cells = missing_cells(an, rows, seeds)
+    tmpl = an.coll.template()
+    over = run_overrides(tmpl, results_dir)
+    out = []
+    for rerun in (False, True):
+        need: dict[str, list[int]] = {}
+        for (row, s), why in cells.items():
+            if (why == "stale") == rerun:
+                need.setdefault(row, []).append(s)
+        by_seeds: dict[tuple[int, ...], list[str]] = {}
+        for row, ss in need.items():
+            by_seeds.setdefault(tuple(sorted(ss)), []).append(row)
+        for ss, rs in by_seeds.items():
+            cmd = [
+                "python -m ablate.run -m",
+                f"model={','.join(rs)}",
+                f"seed={','.join(map(str, ss))}",
+                *over,
+            ]
+            if rerun:
+                cmd.append("resume=false")
+            out.append(" ".join(cmd))
+    return out
