@@ -222,7 +222,10 @@ def make_fixture(root: Path) -> None:
     _write_run(res, "B1", 1)
     _write_run(res, "B1", 2)
     _write_run(res, "B1", 3, status="failed", reason="CUDA out of memory\nTraceback ...")
-    _write_run(res, "C1", 1, status="running")
+    c1 = _write_run(res, "C1", 1, status="running")  # 250 of its 400 steps (100K x 0.004) done
+    (c1 / "curves.jsonl").write_text(
+        "".join(json.dumps({"step": s, "train_loss": 3.0}) + "\n" for s in (10, 250))
+    )
     _write_run(res, "A2", 4)  # seeds the base does not have: Welch
     _write_run(res, "A2", 5)
     _write_run(res, "E", 1, code="0ldc0de0ldc0")  # one seed, stale code
@@ -253,7 +256,7 @@ def test_a_running_record_whose_process_is_gone_is_interrupted(tmp_path, monkeyp
     monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
     main(["table3", *ARGS, "--no-plots"])
     c1 = [ln for ln in (tmp_path / "reports" / "table3.md").read_text().splitlines() if "| (C) C1 |" in ln]
-    assert "interrupted s1 (its process is gone; rerun to resume) |" in c1[0]
+    assert "interrupted s1 (step 250 of 400) (its process is gone; rerun to resume) |" in c1[0]
     capsys.readouterr()
     assert main(["table3", *ARGS, "--missing-command", "--rows", "C1", "--seeds", "1"]) == 0
     assert capsys.readouterr().out.strip().startswith("python -m ablate.run -m model=C1 seed=1 ")
@@ -297,7 +300,7 @@ def test_rows_are_never_dropped(fixture_dir):
     labels = [ln.split(" | ")[0][2:] for ln in main_rows[:21]]
     assert labels[0] == "base" and labels[19] == "big" and labels[20] == "pre_ln"
     assert "not run" in main_rows[3] and "(A) A3" in main_rows[3]  # A3: only a corrupted record
-    assert "| running |" in main_rows[7]  # C1
+    assert "| running (step 250 of 400) |" in main_rows[7]  # C1
     assert "failed s3: CUDA out of memory |" in main_rows[5]  # B1
 
 

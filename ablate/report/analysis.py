@@ -116,18 +116,28 @@ class RowResult:
             parts.append(
                 "running"
                 + ("" if not self.finished and len(self.runs) == 1 else " s" + ",".join(map(str, running)))
+                + "".join(_at(self.runs[s]) for s in running)
             )
         for s, r in self.runs.items():
             if r.status == "failed":
                 reason = str(r.rec.get("reason") or "no reason given").splitlines()[0]
                 parts.append(f"failed s{s}: {reason}")
             elif r.status == "interrupted":
-                parts.append(f"interrupted s{s} (its process is gone; rerun to resume)")
+                parts.append(f"interrupted s{s}{_at(r)} (its process is gone; rerun to resume)")
         return "; ".join(parts)
 
     def mean_of(self, key: str) -> float | None:
         v = [float(r.rec[key]) for r in self.finished.values() if r.rec.get(key) is not None]
         return sum(v) / len(v) if v else None
+
+
+def _at(run: Run) -> str:
+    """' (step 16,940 of 23,250)': how far an unfinished run's curves reached."""
+    p = run.progress()
+    if p is None:
+        return ""
+    step, total = p
+    return f" (step {step:,}" + ("" if total is None else f" of {total:,}") + ")"
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.config import ModelConfig
+from ablate.config import ModelConfig, to_dataclass, total_steps
 from ablate.report import paper
 from ablate.results import code_hash, find_records, is_running
 from ablate.rows import ordered, resolve_row
@@ -149,6 +149,19 @@ class Run:
         if out["bleu_stats"].ndim != 2 or out["bleu_stats"].shape[1] != 10:
             return None
         return out
+
+    def progress(self) -> tuple[int, int | None] | None:
+        """(the last step its curves reached, the step count it trains to) for an unfinished run; the
+        count comes from its configuration through the function the run itself used (None for a record
+        this version cannot read)."""
+        steps = [int(c["step"]) for c in self.curves()]
+        if not steps:
+            return None
+        try:
+            total = total_steps(to_dataclass(self.rec.get("config") or {}))
+        except Exception:  # noqa: BLE001 - a record of another version: the step alone is shown
+            total = None
+        return max(steps), total
 
     def curves(self) -> list[dict[str, Any]]:
         p = self.file("curves", "curves.jsonl")
