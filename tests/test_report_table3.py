@@ -480,3 +480,20 @@ def test_each_row_against_the_paper_gets_the_evidence_of_its_curves(tmp_path, mo
     # D3 trains at another eps_ls; it ends level (-0.5%) where base still falls (1/1.03 - 1 = -2.9%)
     assert "its training loss does not compare with base's (another eps_ls)" in d3
     assert "level at the end (-0.5% over the last 10% of steps against base's -2.9%)" in d3
+
+
+def test_a_resumed_run_s_cost_counts_every_process_by_its_training_clock(tmp_path, monkeypatch, capsys):
+    # the record times its last process only (150 s); the run's clock, restored from its checkpoint, read
+    # 400 s at its last step; 800,000 target tokens over 400 s
+    folder = _write_run(tmp_path / "results", "base", 1)
+    rows = [{"step": 10, "time_s": 12.5}, {"step": 390, "time_s": 400.0}, {"step": 400, "dev_ppl": 5.0}]
+    (folder / "curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    assert main(["--format", "json", "--out", "-", "--n-boot", "20"]) == 0
+    base = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["row"] == "base")
+    assert base["cost"]["train_time_s"] == 400.0 and base["cost"]["tokens_per_s"] == 2000.0
+    (folder / "curves.jsonl").write_text("")  # no clock readings: the record's own figures
+    assert main(["--format", "json", "--out", "-", "--n-boot", "20"]) == 0
+    base = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["row"] == "base")
+    assert base["cost"]["train_time_s"] == 150.0 and base["cost"]["tokens_per_s"] == 800000 / 150

@@ -6,6 +6,7 @@ table3.py renders it; the statistics live in stats.py.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -128,6 +129,10 @@ class RowResult:
 
     def mean_of(self, key: str) -> float | None:
         v = [float(r.rec[key]) for r in self.finished.values() if r.rec.get(key) is not None]
+        return sum(v) / len(v) if v else None
+
+    def mean_over_runs(self, fn: Callable[[Run], float | None]) -> float | None:
+        v = [x for r in self.finished.values() if (x := fn(r)) is not None]
         return sum(v) / len(v) if v else None
 
 

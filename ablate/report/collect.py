@@ -163,6 +163,19 @@ class Run:
             total = None
         return max(steps), total
 
+    def train_seconds(self) -> float | None:
+        """Training seconds over every process the run took: the last reading of its training clock in
+        curves.jsonl (a resumed run's clock goes on from its checkpoint's), else the record's
+        train_time_s, which times the last process only."""
+        clock = [float(c["time_s"]) for c in self.curves() if c.get("time_s") is not None]
+        last = self.rec.get("train_time_s")
+        return max(clock) if clock else None if last is None else float(last)
+
+    def tokens_per_s(self) -> float | None:
+        """Target tokens over the whole run's training seconds (both count every process)."""
+        tokens, secs = self.rec.get("target_tokens"), self.train_seconds()
+        return None if tokens is None or not secs else float(tokens) / secs
+
     def curves(self) -> list[dict[str, Any]]:
         p = self.file("curves", "curves.jsonl")
         out = []
