@@ -16,17 +16,9 @@ from ablate.report.collect import Collection, Run
 from ablate.rows import ordered
 
 METRICS = ("ppl", "bleu")
-
-
 RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu", "test_bleu": "test_bleu"}
-
-
 EXTRA = ("test_bleu",)  # shown per row with its difference to base; the statistics are for METRICS
-
-
 BETTER = {"ppl": -1, "bleu": +1}  # sign of an improvement
-
-
 OPPOSITE = "opposite sign to the paper"
 
 
@@ -128,8 +120,7 @@ class RowResult:
         return "; ".join(parts)
 
     def mean_of(self, key: str) -> float | None:
-        v = [float(r.rec[key]) for r in self.finished.values() if r.rec.get(key) is not None]
-        return sum(v) / len(v) if v else None
+        return self.mean_over_runs(lambda r: None if r.rec.get(key) is None else float(r.rec[key]))
 
     def mean_over_runs(self, fn: Callable[[Run], float | None]) -> float | None:
         v = [x for r in self.finished.values() if (x := fn(r)) is not None]

@@ -177,6 +177,10 @@ class Run:
         return None if tokens is None or not secs else float(tokens) / secs
 
     def curves(self) -> list[dict[str, Any]]:
+        return self._curves
+
+    @functools.cached_property
+    def _curves(self) -> list[dict[str, Any]]:  # read once a report: fit, cost, progress and plots share it
         p = self.file("curves", "curves.jsonl")
         out = []
         if p.is_file():
