@@ -480,6 +480,33 @@ def test_each_row_against_the_paper_gets_the_evidence_of_its_curves(tmp_path, mo
     # D3 trains at another eps_ls; it ends level (-0.5%) where base still falls (1/1.03 - 1 = -2.9%)
     assert "its training loss does not compare with base's (another eps_ls)" in d3
     assert "level at the end (-0.5% over the last 10% of steps against base's -2.9%)" in d3
+    # C1 lies below base and D3 above it at steps 500, 900 and 1000 of both seeds
+    assert "below base's dev curve at 6 of 6 evaluations in the second half of training" in c1
+    assert "above base's dev curve at 6 of 6 evaluations in the second half of training" in d3
+
+
+def test_side_of_base_counts_the_evaluations_where_a_row_lies_on_its_final_side(tmp_path):
+    from ablate.report.analysis import Compare, RowResult, side_of_base
+    from ablate.report.collect import Run
+
+    def run(name: str, dev: dict[int, float]) -> Run:
+        (tmp_path / name).mkdir()
+        lines = "".join(json.dumps({"step": s, "dev_ppl": p}) + "\n" for s, p in dev.items())
+        (tmp_path / name / "curves.jsonl").write_text(lines)
+        return Run({"_path": str(tmp_path / name / "record.json")})
+
+    # seed 1: steps 500..1000 compare (250 is in the first half); the row is below base at 500, 750 and
+    # 1000 and above at 600; step 900 exists in the row's curve only. Seed 2 has no base run.
+    base = {1: run("b1", {250: 9.0, 500: 8.0, 600: 7.0, 750: 6.5, 1000: 6.0})}
+    mine = {
+        1: run("x1", {250: 10.0, 500: 7.9, 600: 7.5, 750: 6.4, 900: 5.0, 1000: 5.8}),
+        2: run("x2", {500: 1.0, 1000: 1.0}),
+    }
+    base = RowResult("base", "", {}, runs=base, finished=base, values={})
+    row = RowResult("X", "", {}, runs=mine, finished=mine, values={}, cmp={"ppl": Compare("ppl", diff=-0.2)})
+    assert side_of_base(row, base) == (3, 4)
+    row.cmp["ppl"].diff = +0.2  # a row ending above base: the same evaluations read the other way
+    assert side_of_base(row, base) == (1, 4)
 
 
 def test_a_resumed_run_s_cost_counts_every_process_by_its_training_clock(tmp_path, monkeypatch, capsys):

@@ -320,3 +320,24 @@ def row_fit(rr: RowResult) -> Fit | None:
         max(f.last_step for f in fits),
         _mean([f.late for f in fits]),
     )
+
+
+def _dev_curve(run: Run) -> dict[int, float]:
+    return {int(c["step"]): float(c["dev_ppl"]) for c in run.curves() if c.get("dev_ppl") is not None}
+
+
+def side_of_base(rr: RowResult, base: RowResult) -> tuple[int, int] | None:
+    """At how many dev evaluations of the second half of training a row's curve lies on the same side of
+    base's (same seed, same step) as the row's mean ends: (same side, evaluations compared). One final
+    checkpoint can land on either side by noise; a gap that holds at every evaluation is the curves'."""
+    diff = rr.cmp["ppl"].diff if "ppl" in rr.cmp else None
+    if not diff:
+        return None
+    same = total = 0
+    for seed in sorted(set(rr.finished) & set(base.finished)):
+        mine, theirs = _dev_curve(rr.finished[seed]), _dev_curve(base.finished[seed])
+        half = max(mine, default=0) / 2
+        for step in sorted(s for s in mine.keys() & theirs.keys() if s >= half):
+            total += 1
+            same += (mine[step] - theirs[step]) * diff > 0
+    return (same, total) if total else None

@@ -22,6 +22,7 @@ from ablate.report.analysis import (
     agreement,
     diff_to_base,
     row_fit,
+    side_of_base,
 )
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, clean_nan, fduration, fnum, fp, fsi, fsteps, render
@@ -288,7 +289,14 @@ def disagreement_evidence(an: Analysis) -> list[str]:
         if f is None or fb is None:
             out.append(head + "; no curves to read.")
             continue
-        out.append(f"{head}; {_train_reading(rr, base, f, fb)}; {_curve_reading(f, fb)}.")
+        parts = [head, _train_reading(rr, base, f, fb), _curve_reading(f, fb)]
+        if (side := side_of_base(rr, base)) is not None:
+            where = "below" if c.diff < 0 else "above"
+            parts.append(
+                f"{where} base's dev curve at {side[0]} of {side[1]} evaluations in the second half of "
+                "training (each against base's run of the same seed at the same step)"
+            )
+        out.append("; ".join(parts) + ".")
     return out
 
 
