@@ -282,7 +282,7 @@ def test_golden_table3(fixture_dir):
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
     pngs = sorted(p.name for p in (fixture_dir / "reports" / "plots").glob("*.png"))
-    assert "forest_bleu.png" in pngs and "ppl_curves_A.png" in pngs
+    assert {"forest_bleu.png", "forest_ppl.png", "ppl_curves_A.png"} <= set(pngs)
     for name in pngs:  # linked with paths relative to the Markdown
         assert f"](plots/{name})" in text
 
@@ -486,7 +486,7 @@ def test_each_row_against_the_paper_gets_the_evidence_of_its_curves(tmp_path, mo
 
 
 def test_side_of_base_counts_the_evaluations_where_a_row_lies_on_its_final_side(tmp_path):
-    from ablate.report.analysis import Compare, RowResult, side_of_base
+    from ablate.report.analysis import Compare, RowResult, gap_to_base, side_of_base
     from ablate.report.collect import Run
 
     def run(name: str, dev: dict[int, float]) -> Run:
@@ -504,6 +504,9 @@ def test_side_of_base_counts_the_evaluations_where_a_row_lies_on_its_final_side(
     }
     base = RowResult("base", "", {}, runs=base, finished=base, values={})
     row = RowResult("X", "", {}, runs=mine, finished=mine, values={}, cmp={"ppl": Compare("ppl", diff=-0.2)})
+    gaps = gap_to_base(row, base)  # what the curve figures' right panel draws
+    assert list(gaps) == [1] and [s for s, _ in gaps[1]] == [500, 600, 750, 1000]
+    assert [g for _, g in gaps[1]] == pytest.approx([-0.1, 0.5, -0.1, -0.2])
     assert side_of_base(row, base) == (3, 4)
     row.cmp["ppl"].diff = +0.2  # a row ending above base: the same evaluations read the other way
     assert side_of_base(row, base) == (1, 4)

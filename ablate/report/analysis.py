@@ -326,18 +326,26 @@ def _dev_curve(run: Run) -> dict[int, float]:
     return {int(c["step"]): float(c["dev_ppl"]) for c in run.curves() if c.get("dev_ppl") is not None}
 
 
+def gap_to_base(rr: RowResult, base: RowResult) -> dict[int, list[tuple[int, float]]]:
+    """Per seed, the row's dev PPL minus base's run of the same seed at the same step, over the second half
+    of the row's training (the steps both curves hold). Paired by step, the seed's shared data order and
+    evaluation noise cancel; what remains is the rows' difference."""
+    out = {}
+    for seed in sorted(set(rr.finished) & set(base.finished)):
+        mine, theirs = _dev_curve(rr.finished[seed]), _dev_curve(base.finished[seed])
+        half = max(mine, default=0) / 2
+        steps = sorted(s for s in mine.keys() & theirs.keys() if s >= half)
+        if steps:
+            out[seed] = [(s, mine[s] - theirs[s]) for s in steps]
+    return out
+
+
 def side_of_base(rr: RowResult, base: RowResult) -> tuple[int, int] | None:
     """At how many dev evaluations of the second half of training a row's curve lies on the same side of
     base's (same seed, same step) as the row's mean ends: (same side, evaluations compared). One final
     checkpoint can land on either side by noise; a gap that holds at every evaluation is the curves'."""
     diff = rr.cmp["ppl"].diff if "ppl" in rr.cmp else None
-    if not diff:
+    gaps = [g for seed_gaps in gap_to_base(rr, base).values() for _, g in seed_gaps]
+    if not diff or not gaps:
         return None
-    same = total = 0
-    for seed in sorted(set(rr.finished) & set(base.finished)):
-        mine, theirs = _dev_curve(rr.finished[seed]), _dev_curve(base.finished[seed])
-        half = max(mine, default=0) / 2
-        for step in sorted(s for s in mine.keys() & theirs.keys() if s >= half):
-            total += 1
-            same += (mine[step] - theirs[step]) * diff > 0
-    return (same, total) if total else None
+    return sum(g * diff > 0 for g in gaps), len(gaps)

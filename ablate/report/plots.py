@@ -1,5 +1,5 @@
-"""Figures for the report (matplotlib, Agg backend, PNG): dev PPL curves per group and a forest plot of the
-BLEU difference to base."""
+"""Figures for the report (matplotlib, Agg backend, PNG): dev PPL curves per group with each row's
+difference to base, and forest plots of the BLEU and PPL differences to base."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate.report import paper
-from ablate.report.analysis import Analysis, RowResult
+from ablate.report.analysis import Analysis, RowResult, gap_to_base
 from ablate.report.table3 import _label
 
 
@@ -38,6 +38,58 @@ def _curve(rr: RowResult, key: str = "dev_ppl") -> tuple[np.ndarray, np.ndarray,
     return np.array(steps), y.mean(0), np.stack([y.min(0), y.max(0)])
 
 
+def _gap_curve(rr: RowResult, base: RowResult) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Steps, mean and (min, max) over seeds of the row's dev PPL minus base's (same seed, same step)."""
+    per_seed = [dict(g) for g in gap_to_base(rr, base).values()]
+    if not per_seed:
+        return None
+    steps = sorted(set.intersection(*(set(p) for p in per_seed)))
+    y = np.array([[p[s] for s in steps] for p in per_seed])
+    return np.array(steps), y.mean(0), np.stack([y.min(0), y.max(0)])
+
+
+def _band(ax, x, mean, band, label: str, **style) -> None:
+    (line,) = ax.plot(x, mean, label=label, **style)
+    if band.shape[1] and (band[0] != band[1]).any():
+        ax.fill_between(x, band[0], band[1], alpha=0.2, color=line.get_color())
+
+
+def _group_figure(plt, g: str, rows: list[RowResult], base: RowResult | None):
+    """Left: dev PPL against steps (log). Right, where base shares steps with a row: the row's dev PPL minus
+    base's over the second half of its training, where the rows' differences are read."""
+    curves = [(rr, c) for rr in rows if (c := _curve(rr)) is not None]
+    if not any(rr.row != "base" for rr, _ in curves):
+        return None
+    gaps = [(rr, c) for rr in rows if base and rr.row != "base" and (c := _gap_curve(rr, base)) is not None]
+    fig, axes = plt.subplots(1, 2 if gaps else 1, figsize=(11 if gaps else 6, 4), squeeze=False)
+    ax = axes[0][0]
+    for rr, (x, mean, band) in curves:
+        style = {"color": "black", "linestyle": "--"} if rr.row == "base" else {"color": _color(rows, rr)}
+        _band(ax, x, mean, band, f"{rr.row} (n={len(rr.finished) or len(rr.runs)})", **style)
+    ax.set_xlabel("step")
+    ax.set_ylabel("dev perplexity (per wordpiece)")
+    ax.set_yscale("log")
+    ax.set_title(f"group ({g}): dev PPL, mean and min-max over seeds", fontsize=10)
+    ax.legend(fontsize=8)
+    if gaps:
+        ax = axes[0][1]
+        for rr, (x, mean, band) in gaps:
+            _band(ax, x, mean, band, rr.row, color=_color(rows, rr))
+        ax.axhline(0, color="black", linestyle="--", lw=1)
+        ax.set_xlabel("step")
+        ax.set_ylabel("dev PPL minus base's (same seed, same step)")
+        ax.set_title("second half of training: the difference to base", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def _color(rows: list[RowResult], rr: RowResult) -> str:
+    """One colour per row in both panels (base is the black dashed line)."""
+    others = [r.row for r in rows if r.row != "base"]
+    return f"C{others.index(rr.row) % 10}"
+
+
 def ppl_curves(an: Analysis, out_dir: Path) -> dict[str, Path]:
     plt = _plt()
     out: dict[str, Path] = {}
@@ -48,22 +100,9 @@ def ppl_curves(an: Analysis, out_dir: Path) -> dict[str, Path]:
             groups.setdefault(rr.group, []).append(rr)
     order = [g for g in paper.GROUP_ORDER if g in groups] + sorted(set(groups) - set(paper.GROUP_ORDER))
     for g in order:
-        rows = ([base] if base else []) + groups[g]
-        curves = [(rr, c) for rr in rows if (c := _curve(rr)) is not None]
-        if not any(rr.row != "base" for rr, _ in curves):
+        fig = _group_figure(plt, g, ([base] if base else []) + groups[g], base)
+        if fig is None:
             continue
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for rr, (x, mean, band) in curves:
-            style = {"color": "black", "linestyle": "--"} if rr.row == "base" else {}
-            (line,) = ax.plot(x, mean, label=f"{rr.row} (n={len(rr.finished) or len(rr.runs)})", **style)
-            if band.shape[1] and (band[0] != band[1]).any():
-                ax.fill_between(x, band[0], band[1], alpha=0.2, color=line.get_color())
-        ax.set_xlabel("step")
-        ax.set_ylabel("dev perplexity (per wordpiece)")
-        ax.set_yscale("log")
-        ax.set_title(f"Table 3 group ({g}): dev PPL, mean and min-max over seeds")
-        ax.legend(fontsize=8)
-        fig.tight_layout()
         path = out_dir / f"ppl_curves_{g}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
@@ -124,5 +163,6 @@ def make_plots(an: Analysis, out_dir: str | Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     out = forest(an, out_dir, "bleu")
+    out.update(forest(an, out_dir, "ppl"))
     out.update(ppl_curves(an, out_dir))
     return out
