@@ -287,6 +287,27 @@ def test_golden_table3(fixture_dir):
         assert f"](plots/{name})" in text
 
 
+def test_the_summary_says_what_each_row_varies_and_reads_it_as_the_agreement_line_counts(fixture_dir):
+    main(["table3", *ARGS, "--no-plots"])
+    text = (fixture_dir / "reports" / "table3.md").read_text()
+    block = text.split("## Summary\n")[1].split("## Table\n")[0]
+    rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in block.splitlines() if ln.startswith("| ")]
+    cells = {r[0]: r for r in rows[1:]}  # after the header
+    assert cells["A1"][1] == "h 1, d_k 512, d_v 512" and cells["E"][1] == "learned positions"
+    assert cells["big"][1] == "d_model 1024, d_ff 4096, h 16, P_drop 0.3, train steps 300K"
+    assert cells["base"][1] == "" and cells["pre_ln"][1] == "norm=pre"
+    reading = {row: r[5] for row, r in cells.items() if r[5]}
+    # the agreement line: 4 of 15 agree (A1, A2, B1, D3), 2 of them with both intervals (A1, D3); E's paper
+    # Δ is 0 and pre_ln has none, so neither is read
+    assert reading == {
+        "A1": "agrees, both intervals",
+        "A2": "agrees",
+        "B1": "agrees",
+        "D3": "agrees, both intervals",
+    }
+    assert "4 of the 15 rows" in text and "excluding zero (A1, D3)" in text
+
+
 def test_corrupted_record_is_a_warning_naming_the_file(fixture_dir, capsys):
     assert main(["table3", *ARGS, "--no-plots"]) == 0
     err = capsys.readouterr().err
@@ -295,7 +316,7 @@ def test_corrupted_record_is_a_warning_naming_the_file(fixture_dir, capsys):
 
 def test_rows_are_never_dropped(fixture_dir):
     main(["table3", *ARGS, "--no-plots"])
-    text = (fixture_dir / "reports" / "table3.md").read_text()
+    text = (fixture_dir / "reports" / "table3.md").read_text().split("## Table\n")[1]  # after the summary
     main_rows = [ln for ln in text.splitlines() if ln.startswith("| ") and "seeds / status" not in ln]
     labels = [ln.split(" | ")[0][2:] for ln in main_rows[:21]]
     assert labels[0] == "base" and labels[19] == "big" and labels[20] == "pre_ln"

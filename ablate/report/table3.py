@@ -156,6 +156,66 @@ def main_table(an: Analysis) -> Table:
     return Table(cols, body, align="l" + "r" * 9 + "l" + "r" * (11 + 2 * has_test) + "l")
 
 
+def _varies(rr: RowResult, base_model: dict[str, Any]) -> str:
+    """What a row changes from base, at the paper's scale: "h 1, d_k 512, d_v 512"."""
+    if rr.row == "base":
+        return ""
+    cells = [(c, _cell_model(rr, base_model, k)) for k, c in MODEL_COLUMNS]
+    return ", ".join([f"{c} {v}" for c, v in cells if v] + ([o] if (o := _other(rr, base_model)) else []))
+
+
+def _against_paper(rr: RowResult, a: dict[str, list[str]]) -> str:
+    if rr.row not in a["measured"]:
+        return ""
+    if rr.row not in a["agree"]:
+        return "opposite"
+    return "agrees, both intervals" if rr.row in a["supported"] else "agrees"
+
+
+SUMMARY_NOTE = (
+    "varies: the row's change from base at the paper's size. sign vs paper: for the rows whose paper "
+    f"dev-PPL Δ is at least {PAPER_PPL_EFFECT}, whether ours has the paper's sign, and whether both "
+    "intervals exclude zero. Means ± sd over finished seeds; the full table, the statistics and the curves "
+    "follow."
+)
+
+
+def summary_table(an: Analysis) -> Table:
+    """The table in a screen: what each row varies, its dev PPL and Δ beside the paper's Δ with the reading
+    the agreement line counts, dev and test BLEU. The README quotes it as written."""
+    base = an.get("base")
+    base_model = base.model if base else asdict(ModelConfig())
+    a = agreement(an)
+    cols = [
+        "row",
+        "varies",
+        "dev PPL",
+        "Δ base",
+        "paper Δ",
+        "sign vs paper",
+        "dev BLEU",
+        "test BLEU",
+        "seeds",
+    ]
+    body = []
+    for rr in an.rows:
+        c = rr.cmp.get("ppl")
+        body.append(
+            [
+                rr.row,
+                _varies(rr, base_model),
+                _metric_cell(rr, "ppl"),
+                "" if c is None else fnum(c.diff, 2, sign=True),
+                "" if c is None or c.paper_diff is None else fnum(c.paper_diff, 2, sign=True),
+                _against_paper(rr, a),
+                _metric_cell(rr, "bleu"),
+                _metric_cell(rr, "test_bleu"),
+                rr.status(),
+            ]
+        )
+    return Table(cols, body, align="llrrrlrrl")
+
+
 def _mean_diff(rr: RowResult, base: RowResult | None, m: str) -> float | None:
     """Δ base of an extra metric (no interval): as for the dev metrics."""
     if base is None or rr is base or not rr.values[m] or not base.values[m]:
@@ -424,8 +484,8 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
     lines.append(agreement_line(an))
     for s in _signatures(coll):
         lines.append(f"BLEU: sacreBLEU `{s}`.")
+    lines += ["", "## Summary", "", SUMMARY_NOTE, "", _md(summary_table(an)), "## Table", ""]
     lines += [
-        "",
         "PPL and BLEU: mean ± sd over finished seeds. Blank model cells equal base, as in the paper. "
         "Δ base = this row's mean minus our base's mean over the same seeds (all of base's seeds when the "
         "row has seeds base lacks); paper Δ = the paper's row minus the paper's base "
