@@ -106,9 +106,15 @@ def _has_test(an: Analysis) -> bool:
     return any(rr.values["test_bleu"] for rr in an.rows)
 
 
+def _base_model(an: Analysis) -> dict[str, Any]:
+    """Base's row settings at the paper's size: what a blank model cell means."""
+    base = an.get("base")
+    return base.model if base else asdict(ModelConfig())
+
+
 def main_table(an: Analysis) -> Table:
     base = an.get("base")
-    base_model = base.model if base else asdict(ModelConfig())
+    base_model = _base_model(an)
     has_test = _has_test(an)
     cols = [
         "row",
@@ -183,8 +189,7 @@ SUMMARY_NOTE = (
 def summary_table(an: Analysis) -> Table:
     """The table in a screen: what each row varies, its dev PPL and Δ beside the paper's Δ with the reading
     the agreement line counts, dev and test BLEU. The README quotes it as written."""
-    base = an.get("base")
-    base_model = base.model if base else asdict(ModelConfig())
+    base_model = _base_model(an)
     a = agreement(an)
     cols = [
         "row",
