@@ -477,37 +477,34 @@ def _rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
 
 
-def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir: Path | None = None) -> str:
+TABLE_NOTE = (
+    "PPL and BLEU: mean ± sd over finished seeds. Blank model cells equal base, as in the paper. "
+    "Δ base = this row's mean minus our base's mean over the same seeds (all of base's seeds when the "
+    "row has seeds base lacks); paper Δ = the paper's row minus the paper's base "
+    "(PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
+    "vocabularies). A value is bold only when it beats base over at least two seeds per side with "
+    "both the seed-level t interval and the bootstrap interval excluding zero. "
+    "† = stale record (see below)."
+)
+TEST_NOTE = (
+    "BLEU test: the test set the records name (test_2016_flickr on Multi30k), decoded from each "
+    "run's final checkpoint(s), sacreBLEU as for dev; mean ± sd, Δ base as above, without intervals."
+)
+
+
+def _head(an: Analysis) -> list[str]:
+    """Title, what was read, the scale, the agreement line and the BLEU signatures."""
     coll = an.coll
     n_rec = sum(len(by) for by in coll.runs.values())
+    seeds = ", ".join(map(str, coll.seeds())) or "none"
     lines = ["# Table 3: variations on the Transformer (En-De dev)", ""]
-    lines.append(
-        f"Records: {n_rec} run(s) read from `{coll.results_dir.as_posix()}`; seeds seen: "
-        f"{', '.join(map(str, coll.seeds())) or 'none'}."
-    )
-    lines.append(_scale_line(coll))
-    lines.append(agreement_line(an))
-    for s in _signatures(coll):
-        lines.append(f"BLEU: sacreBLEU `{s}`.")
-    lines += ["", "## Summary", "", SUMMARY_NOTE, "", _md(summary_table(an)), "## Table", ""]
-    lines += [
-        "PPL and BLEU: mean ± sd over finished seeds. Blank model cells equal base, as in the paper. "
-        "Δ base = this row's mean minus our base's mean over the same seeds (all of base's seeds when the "
-        "row has seeds base lacks); paper Δ = the paper's row minus the paper's base "
-        "(PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
-        "vocabularies). A value is bold only when it beats base over at least two seeds per side with "
-        "both the seed-level t interval and the bootstrap interval excluding zero. "
-        "† = stale record (see below).",
-        "",
-    ]
-    if _has_test(an):
-        lines += [
-            "BLEU test: the test set the records name (test_2016_flickr on Multi30k), decoded from each "
-            "run's final checkpoint(s), sacreBLEU as for dev; mean ± sd, Δ base as above, without intervals.",
-            "",
-        ]
-    lines.append(_md(main_table(an)))
-    lines += [
+    lines.append(f"Records: {n_rec} run(s) read from `{coll.results_dir.as_posix()}`; seeds seen: {seeds}.")
+    lines += [_scale_line(coll), agreement_line(an)]
+    return lines + [f"BLEU: sacreBLEU `{s}`." for s in _signatures(coll)] + [""]
+
+
+def _statistics(an: Analysis) -> list[str]:
+    lines = [
         "## Statistics",
         "",
         "Seed-level tests use each run's dev metric: paired t over the seeds both rows share (when every "
@@ -521,30 +518,34 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
     for m in ("bleu", "ppl"):
         t = stats_table(an, m)
         lines.append(_md(t) if t.rows else f"### {t.title}\n\nNo row has finished runs beside base.\n")
-    lines += ["## Reproduction gap", ""] + direction_summary(an) + [""]
+    return lines
+
+
+def _reading(an: Analysis) -> list[str]:
+    """The reproduction gap: directions, flags, the curves' evidence per disagreement, fit and cost."""
+    lines = ["## Reproduction gap", ""] + direction_summary(an) + [""]
     flagged = [(rr.row, m, f) for rr in an.rows for m in METRICS if rr.cmp.get(m) for f in rr.cmp[m].flags]
-    for row, m, f in flagged:
-        lines.append(f"- {row} {m.upper()}: {f}")
-    if flagged:
-        lines.append("")
-    evidence = disagreement_evidence(an)
-    if evidence:
+    lines += [f"- {row} {m.upper()}: {f}" for row, m, f in flagged] + ([""] if flagged else [])
+    if evidence := disagreement_evidence(an):
         lines += ["### Rows against the paper: what their curves say", ""] + evidence + [""]
-    for extra in (fit_table(an), cost_table(an)):
-        if extra.rows:
-            lines.append(_md(extra))
-    stale = [(rr.row, s, why) for rr in an.rows for s, why in rr.stale]
-    problems = [f"- stale (†): {row} seed {s}: {'; '.join(why)}" for row, s, why in stale]
-    problems += [f"- excluded: {e}" for e in coll.excluded]
-    problems += [f"- warning: {w}" for w in coll.warnings]
-    if problems:
-        lines += ["## Stale, excluded and unreadable records", ""] + problems + [""]
+    return lines + [_md(t) for t in (fit_table(an), cost_table(an)) if t.rows]
+
+
+def _problems(an: Analysis) -> list[str]:
+    coll = an.coll
+    out = [f"- stale (†): {rr.row} seed {s}: {'; '.join(why)}" for rr in an.rows for s, why in rr.stale]
+    out += [f"- excluded: {e}" for e in coll.excluded] + [f"- warning: {w}" for w in coll.warnings]
+    return ["## Stale, excluded and unreadable records", ""] + out + [""] if out else []
+
+
+def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir: Path | None = None) -> str:
+    lines = _head(an)
+    lines += ["## Summary", "", SUMMARY_NOTE, "", _md(summary_table(an))]
+    lines += ["## Table", "", TABLE_NOTE, ""] + ([TEST_NOTE, ""] if _has_test(an) else [])
+    lines += [_md(main_table(an))] + _statistics(an) + _reading(an) + _problems(an)
     if plots:
-        lines += ["## Plots", ""]
-        for title, p in plots.items():
-            rel = _rel(p, out_dir) if out_dir else p.as_posix()
-            lines.append(f"![{title}]({rel})")
-        lines.append("")
+        links = [f"![{title}]({_rel(p, out_dir) if out_dir else p.as_posix()})" for title, p in plots.items()]
+        lines += ["## Plots", ""] + links + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
