@@ -74,9 +74,8 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
             results.atomic_write_json(rec_path, record)
         logger = _logger(cfg, out) if rank0 else False
         trainer = _trainer(cfg, out, logger, _callbacks(cfg, out, clock, budget))
-        t_fit = time.perf_counter()
         trainer.fit(module, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
-        train_time = time.perf_counter() - t_fit
+        train_time = clock.elapsed()  # across restarts: a resumed run counts its earlier processes' training
         final = _final_eval(cfg, trainer, module, dm)
     except SIGTERMException:  # preempted: the checkpoint is written; the same command continues the run
         step = trainer.global_step if trainer else 0
@@ -317,6 +316,8 @@ def _resume_state(ckpt_dir: Path, curves: Path) -> ResumeState | None:
             f"{ckpt_dir}: no readable checkpoint ({', '.join(unreadable)}); delete them to restart the run, "
             "or resume=false"
         )
+    if curves.is_file():  # no checkpoint (killed before the first, or the folder copied without them):
+        curves.unlink()  # the run starts from step 0, so the curve starts again with it
     return None
 
 

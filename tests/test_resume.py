@@ -106,6 +106,9 @@ def test_kill_9_then_same_command_gives_identical_metrics(tmp_path, reference, a
         json.loads(r)["step"] for r in next(Path(tmp_path).rglob("curves.jsonl")).read_text().splitlines()
     ]
     assert steps == sorted(steps)  # rows after the checkpoint were dropped, not duplicated
+    rows = [json.loads(r) for r in next(Path(tmp_path).rglob("curves.jsonl")).read_text().splitlines()]
+    # training time counts the killed process's training too (TrainClock), not only the resumed one's
+    assert rec["train_time_s"] >= max(r.get("time_s", 0) for r in rows)
 
 
 @pytest.mark.slow
@@ -168,3 +171,14 @@ def test_curve_time_goes_on_from_the_checkpoint():
     fresh = TrainClock()
     fresh.on_train_start(None, None)
     assert time.perf_counter() - fresh.t0 < 5.0
+
+
+def test_a_run_without_checkpoints_starts_its_curve_again(tmp_path):
+    # a folder whose checkpoints are gone (killed before the first one, or copied without its *.ckpt)
+    # trains from step 0: the old curve rows go, or the new ones would be written after them
+    from ablate.worker import _resume_state
+
+    curves = tmp_path / "curves.jsonl"
+    curves.write_text('{"step": 250, "dev_ppl": 9.0}\n')
+    assert _resume_state(tmp_path / "checkpoints", curves) is None
+    assert not curves.exists()
