@@ -39,6 +39,22 @@ NOT_IDENTITY = {
 }
 
 
+# Where a run's data files lie. Where the data source names the files by their content (data.fingerprint),
+# their folder is not part of the run: the same files elsewhere (another machine, another checkout) are
+# the same run, so committed runs are found finished wherever the data sits.
+DATA_PATHS = (
+    "data.root",
+    "data.train_src",
+    "data.train_tgt",
+    "data.dev_src",
+    "data.dev_tgt",
+    "data.test_src",
+    "data.test_tgt",
+    "data.treebank_dir",
+    "data.silver_trees",
+)
+
+
 class RecordError(ValueError):
     pass
 
@@ -71,6 +87,7 @@ def identity_dict(cfg) -> dict[str, Any]:
 
     fingerprint = data_fingerprint(cfg.data)
     if fingerprint is not None:
+        out = {k: v for k, v in out.items() if k not in DATA_PATHS}
         out["data.fingerprint"] = fingerprint
     return out
 

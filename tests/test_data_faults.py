@@ -119,6 +119,20 @@ def test_an_edited_treebank_file_gives_a_new_corpus_key_and_run_id(tmp_path):
     assert results.run_id(cfg) not in (rid,)
 
 
+def test_the_same_files_in_another_folder_are_the_same_run(tmp_path):
+    # data named by content: a checkout's committed runs are found finished wherever the data sits
+    import shutil
+
+    keys = write_corpus(tmp_path / "in")
+    rid = results.run_id(run_cfg(tmp_path, *files_overrides(keys)))
+    shutil.copytree(tmp_path / "in", tmp_path / "elsewhere")
+    moved = {k: v.replace(str(tmp_path / "in"), str(tmp_path / "elsewhere")) for k, v in keys.items()}
+    assert moved != keys
+    assert results.run_id(run_cfg(tmp_path, *files_overrides(moved))) == rid
+    edit_in_place(Path(moved["dev_tgt"]))  # and content still names it
+    assert results.run_id(run_cfg(tmp_path, *files_overrides(moved))) != rid
+
+
 def _old_identity(cfg) -> dict:
     """identity_dict as it was before data.fingerprint: every non-default value less NOT_IDENTITY."""
     defaults = flat_fields(RunConfig())
