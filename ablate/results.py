@@ -152,8 +152,24 @@ def new_record(cfg, status: str = "running", **fields: Any) -> dict[str, Any]:
         "metrics": {},
         "files": {},
         "started": now(),
+        "machine": machine(),
         **fields,
     }
+
+
+def machine() -> dict[str, Any]:
+    """The CPU a run's process ran on, as lscpu names it, with its family and model: the name alone does not
+    tell generations apart ('AMD EPYC' is Zen 1 to Zen 5), and speeds compare only on one CPU."""
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        first = Path("/proc/cpuinfo").read_text().split("\n\n")[0]
+        info = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+        cpu = f"{info['model name']} (family {info['cpu family']}, model {info['model']})"
+    except (OSError, KeyError):  # not Linux, or an architecture whose cpuinfo names other fields
+        pass
+    return {"cpu": cpu, "cpus": os.cpu_count()}
 
 
 _UMASK = os.umask(0o022)

@@ -548,3 +548,19 @@ def test_a_resumed_run_s_cost_counts_every_process_by_its_training_clock(tmp_pat
     assert main(["--format", "json", "--out", "-", "--n-boot", "20"]) == 0
     base = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["row"] == "base")
     assert base["cost"]["train_time_s"] == 150.0 and base["cost"]["tokens_per_s"] == 800000 / 150
+
+
+def test_the_cost_table_names_the_cpu_each_row_ran_on(tmp_path, monkeypatch, capsys):
+    # speeds compare only on one CPU: each record's machine goes beside its device, one entry per CPU seen
+    cpus = ("AMD EPYC (family 23, model 1)", "Intel Xeon (family 6, model 167)")
+    for seed, cpu in enumerate(cpus, start=1):
+        folder = _write_run(tmp_path / "results", "base", seed)
+        rec = json.loads((folder / "record.json").read_text())
+        rec["machine"] = {"cpu": cpu, "cpus": 2}
+        (folder / "record.json").write_text(json.dumps(rec))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    assert main(["--out", "-", "--no-plots", "--n-boot", "20"]) == 0
+    cost = capsys.readouterr().out.split("### Cost")[1]
+    (line,) = [ln for ln in cost.splitlines() if ln.startswith("| base ")]
+    assert line.endswith(f"| cpu, {cpus[0]}; cpu, {cpus[1]} |")

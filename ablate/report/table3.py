@@ -365,6 +365,12 @@ def disagreement_evidence(an: Analysis) -> list[str]:
     return out
 
 
+def _device(rec: dict) -> str:
+    """'cpu (1 threads), AMD EPYC (family 23, model 1)': the machine beside the device, where recorded."""
+    cpu = (rec.get("machine") or {}).get("cpu")
+    return f"{rec['device']}, {cpu}" if cpu and str(rec["device"]).startswith("cpu") else str(rec["device"])
+
+
 def cost_table(an: Analysis) -> Table:
     cols = [
         "row",
@@ -380,7 +386,7 @@ def cost_table(an: Analysis) -> Table:
     for rr in an.rows:
         if not rr.finished:
             continue
-        devices = sorted({str(r.rec.get("device")) for r in rr.finished.values() if r.rec.get("device")})
+        devices = sorted({_device(r.rec) for r in rr.finished.values() if r.rec.get("device")})
         steps = rr.mean_of("steps")
         body.append(
             [
@@ -391,7 +397,7 @@ def cost_table(an: Analysis) -> Table:
                 fduration(rr.mean_over_runs(Run.train_seconds)),
                 fnum(rr.mean_over_runs(Run.tokens_per_s), 0),
                 fsi(rr.mean_of("flops_estimate")),
-                ", ".join(devices),
+                "; ".join(devices),
             ]
         )
     title = "Cost (mean over finished seeds; train time by the run's own clock, over every process it took)"
