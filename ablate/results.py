@@ -20,7 +20,9 @@ from typing import Any
 
 SCHEMA_VERSION = 1
 RECORD_NAME = "record.json"
-STATUSES = ("running", "finished", "failed")
+# running, finished; failed: the code failed (the reason says how); preempted, timed_out: stopped at a
+# checkpoint by SLURM, the job waits to be requeued (ablate/requeue.py); cancelled: scancel.
+STATUSES = ("running", "finished", "failed", "preempted", "timed_out", "cancelled")
 
 # Keys that do not change what a run computes.
 NOT_IDENTITY = {
@@ -258,10 +260,12 @@ NOT_RESULT_CODE = (
     "devices.py",
     "faults.py",
     "launch.py",
+    "requeue.py",
     "report/",
     "results.py",
     "rows.py",
     "run.py",
+    "slurm.py",
     "tracking.py",
     "train.py",
 )

@@ -11,7 +11,8 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from ablate.config import ConfigError, register_configs, to_dataclass
+from ablate.config import ConfigError, RunConfig, register_configs
+from ablate.sweep import member_config, outcome
 
 register_configs()
 
@@ -31,32 +32,22 @@ def summary(rec: dict) -> str:
     return "\n".join(lines)
 
 
-def _record_rejection(dcfg: DictConfig, e: BaseException) -> None:
+def _record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
     """A sweep member rejected before training (bad config or data) still gets a failed record, so the
-    report shows it and a re-run of the sweep retries it."""
+    report shows it and a re-run of the sweep retries it. Returns its run id, where the config has one."""
     from ablate import results
 
+    if cfg is None:
+        return None
     try:
-        cfg = to_dataclass(dcfg)
         path = results.run_dir(cfg) / results.RECORD_NAME
-        if path.is_file():
-            return  # training wrote its own record
-        results.atomic_write_json(
-            path, results.new_record(cfg, "failed", reason=_first_line(e), finished=results.now())
-        )
+        if not path.is_file():  # else training wrote its own record
+            results.atomic_write_json(
+                path, results.new_record(cfg, "failed", reason=_first_line(e), finished=results.now())
+            )
+        return results.run_id(cfg)
     except Exception:  # noqa: BLE001 - the error itself has been printed; recording it is best effort
-        pass
-
-
-def explicit_model_keys(overrides: list[str]) -> list[str]:
-    """The row keys a command line sets (`model.dropout=0.3`): they win over the row's relative meaning
-    under a recipe's own base (config.row_arch)."""
-    keys = []
-    for o in overrides:
-        key = o.lstrip("+~").split("=", 1)[0]
-        if key.startswith("model.") and key.count(".") == 1:
-            keys.append(key.removeprefix("model."))
-    return sorted(set(keys))
+        return None
 
 
 def _first_line(e: BaseException) -> str:
@@ -72,7 +63,8 @@ def _f1_line(m: dict) -> str:
 
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
-def main(dcfg: DictConfig) -> float | None:
+def main(dcfg: DictConfig) -> dict | None:
+    """One run; in a sweep, returns its outcome (ablate.sweep) for the sweep's closing line."""
     from hydra.core.hydra_config import HydraConfig
 
     from ablate import results
@@ -80,29 +72,27 @@ def main(dcfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     multirun = hc.mode.name == "MULTIRUN"
+    launcher = hc.runtime.choices.get("hydra/launcher")
+    cfg = None
     try:
-        cfg = to_dataclass(dcfg)
-        cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(hc.overrides.task)))
-        if hc.runtime.choices.get("hydra/launcher") == "gpus" and cfg.trainer.device_pool is None:
-            cfg.trainer.device_pool = []  # every GPU of the machine (devices.pool)
-        if multirun and cfg.sweep_name is None:
-            cfg.sweep_name = hc.sweep.dir.rstrip("/").split("/")[-1]
+        cfg = member_config(dcfg, list(hc.overrides.task), launcher, hc.sweep.dir if multirun else None)
         rec = train(cfg)
     except (ConfigError, ValueError, OSError) as e:
         print(f"error: {_first_line(e)}", file=sys.stderr)
-        if multirun:
-            _record_rejection(dcfg, e)
-            return None  # the record says why; the other jobs of the sweep go on
+        if multirun:  # the record says why; the other jobs of the sweep go on
+            run_id = _record_rejection(cfg, e) or " ".join(hc.overrides.task)
+            return outcome(run_id, "failed", _first_line(e))
         sys.exit(2)
     except Exception as e:  # noqa: BLE001 - one failing sweep member must not stop the others
         print(f"error: run failed: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
         if multirun:
-            return None
+            run_id = results.run_id(cfg) if cfg is not None else " ".join(hc.overrides.task)
+            return outcome(run_id, "failed", f"{type(e).__name__}: {_first_line(e)}")
         sys.exit(1)
     rec["_dir"] = str(results.run_dir(cfg))
     print(summary(rec))
     m = rec.get("metrics", {})
-    return m.get("f1") if cfg.task == "parsing" else m.get("dev_bleu")
+    return outcome(rec["run_id"], rec["status"], rec.get("reason"), dev_bleu=m.get("dev_bleu"))
 
 
 def results_dir_problem(argv: list[str]) -> str | None:

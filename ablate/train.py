@@ -12,7 +12,8 @@ import time
 import warnings
 from pathlib import Path
 
-from ablate import devices, results
+from ablate import devices, requeue, results
+from ablate.callbacks import Preempted
 from ablate.config import RunConfig, validate
 from ablate.data.datamodule import prepare_corpus
 from ablate.hardware import check_accelerator
@@ -29,6 +30,20 @@ def train(cfg: RunConfig) -> dict:
     """Run (or skip, or resume) the run this config names; return its result record."""
     check_accelerator(cfg.trainer.accelerator, cfg.trainer.device_pool)  # the machine first: no GPU, no run
     validate(cfg)
+    job = requeue.job()  # inside a SLURM job: the time limit's warning, requeue after a stop
+    job.install()
+    if job.id and cfg.trainer.threads is None and os.environ.get("SLURM_CPUS_PER_TASK"):
+        cfg.trainer.threads = int(os.environ["SLURM_CPUS_PER_TASK"])  # the CPUs SLURM gave, not the node's
+    try:
+        rec = _train(cfg)
+    except Preempted:
+        job.after_stop(results.run_dir(cfg))
+        raise
+    job.after_finish(results.run_dir(cfg), rec)
+    return rec
+
+
+def _train(cfg: RunConfig) -> dict:
     out = results.run_dir(cfg)
     if _inside_managed_process():  # a worker of a job whose launcher already holds the run
         return run_worker(cfg, prepare_corpus(cfg.data))

@@ -169,7 +169,7 @@ def test_multi30k_30min_trains_three_different_rows():
 
 def test_command_line_wins():
     """model.KEY=... given on the command line is taken as it is (ablate.run marks it explicit)."""
-    from ablate.run import explicit_model_keys
+    from ablate.sweep import explicit_model_keys
 
     assert explicit_model_keys(["model=A1", "model.dropout=0.3", "++model.d_ff=64", "seed=2"]) == [
         "d_ff",

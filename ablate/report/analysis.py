@@ -117,6 +117,9 @@ class RowResult:
                 parts.append(f"failed s{s}: {reason}")
             elif r.status == "interrupted":
                 parts.append(f"interrupted s{s}{_at(r)} (its process is gone; rerun to resume)")
+            elif r.status in ("preempted", "timed_out", "cancelled"):  # stopped by SLURM (ablate/requeue.py)
+                reason = str(r.rec.get("reason") or "").splitlines()[0] if r.rec.get("reason") else ""
+                parts.append(f"{r.status.replace('_', ' ')} s{s}{_at(r)}" + (f": {reason}" if reason else ""))
         return "; ".join(parts)
 
     def mean_of(self, key: str) -> float | None:

@@ -21,7 +21,15 @@ from ablate.results import code_hash, find_records, is_running
 from ablate.rows import ordered, resolve_row
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
-_STATUS_RANK = {"finished": 0, "running": 1, "interrupted": 2, "failed": 3}
+_STATUS_RANK = {
+    "finished": 0,
+    "running": 1,
+    "preempted": 2,
+    "timed_out": 2,
+    "interrupted": 3,
+    "cancelled": 4,
+    "failed": 5,
+}
 MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 
 
@@ -96,7 +104,8 @@ class Run:
 
     @functools.cached_property
     def status(self) -> str:
-        """finished | running | failed, or interrupted: `running` in a record whose process is gone."""
+        """A record's status (results.STATUSES), or interrupted: `running` in a record whose process is
+        gone."""
         status = self.rec["status"]
         if status == "running" and "_path" in self.rec and not is_running(self.folder):
             return "interrupted"

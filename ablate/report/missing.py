@@ -16,7 +16,9 @@ from ablate.results import NOT_IDENTITY
 def missing_cells(
     an: Analysis, rows: list[str] | None = None, seeds: list[int] | None = None
 ) -> dict[tuple[str, int], str]:
-    """(row, seed) -> 'missing' | 'failed' | 'stale' for the requested rows x seeds."""
+    """(row, seed) -> 'missing', 'stale' or the unfinished run's status, for the requested rows x seeds. A
+    run whose SLURM job waits to be requeued is listed too: running the command while it waits is safe
+    (the run's lock lets one process at a time train it, the other skips it)."""
     coll = an.coll
     rows = rows or list(paper.PAPER_ORDER)
     seeds = seeds or coll.seeds() or [1]
@@ -27,7 +29,7 @@ def missing_cells(
             r = by.get(s)
             if r is None:
                 out[(row, s)] = "missing"
-            elif r.status in ("failed", "interrupted"):
+            elif r.status in ("failed", "interrupted", "cancelled", "preempted", "timed_out"):
                 out[(row, s)] = r.status
             elif r.stale and r.status == "finished":  # a running run is left alone
                 out[(row, s)] = "stale"

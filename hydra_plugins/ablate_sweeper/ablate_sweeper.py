@@ -22,6 +22,7 @@ without `from __future__ import annotations` (the scan executes it before it is 
 """
 
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,7 +185,15 @@ class AblateSweeper(BasicSweeper):
         return self._expand(super()._parse_config())
 
     def sweep(self, arguments: list[str]) -> Any:
-        return super().sweep(self._expand(arguments))
+        """Run the sweep, then say how each member ended, in one line; exit 1 unless all finished."""
+        from ablate.sweep import summary
+
+        returns = super().sweep(self._expand(arguments))
+        line, all_finished = summary(r.return_value for batch in returns for r in batch)
+        print(f"[ablate] {line}", file=sys.stderr if not all_finished else sys.stdout, flush=True)
+        if not all_finished:
+            sys.exit(1)
+        return returns
 
 
 # ----------------------------------------------------------------------------------------------------------

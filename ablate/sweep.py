@@ -1,0 +1,60 @@
+"""A sweep member as the launchers see it: its RunConfig (the one identity for the job, its record and the
+launcher that submitted it), the outcome each job returns, and the sweep's closing line.
+
+Every launcher (basic, joblib, gpus, slurm) ends in the sweeper (hydra_plugins/ablate_sweeper), which
+prints `summary` and exits non-zero when any member did not finish.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from omegaconf import DictConfig
+
+from ablate.config import RunConfig, to_dataclass
+
+FINISHED = "finished"
+
+
+def explicit_model_keys(overrides: list[str]) -> list[str]:
+    """The row keys a command line sets (`model.dropout=0.3`): they win over the row's relative meaning
+    under a recipe's own base (config.row_arch)."""
+    keys = []
+    for o in overrides:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key.startswith("model.") and key.count(".") == 1:
+            keys.append(key.removeprefix("model."))
+    return sorted(set(keys))
+
+
+def member_config(
+    dcfg: DictConfig, task_overrides: list[str], launcher: str | None, sweep_dir: str | None
+) -> RunConfig:
+    """The run a composed job config names: the keys the command line set, the device pool of
+    hydra/launcher=gpus, and the sweep's name (its folder) for a multirun."""
+    cfg = to_dataclass(dcfg)
+    cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))
+    if launcher == "gpus" and cfg.trainer.device_pool is None:
+        cfg.trainer.device_pool = []  # every GPU of the machine (devices.pool)
+    if sweep_dir is not None and cfg.sweep_name is None:
+        cfg.sweep_name = sweep_dir.rstrip("/").split("/")[-1]
+    return cfg
+
+
+def outcome(run_id: str, status: str, reason: str | None = None, **metrics: Any) -> dict[str, Any]:
+    """What a job returns to the sweep (pickled back by joblib and submitit alike)."""
+    return {"run_id": run_id, "status": status, "reason": reason, **metrics}
+
+
+def summary(outcomes: Iterable[dict[str, Any] | None]) -> tuple[str, bool]:
+    """('sweep of 4 runs: 2 finished, 1 failed (A1-...-s1), 1 cancelled (base-...-s1)', all finished?)."""
+    by: dict[str, list[str]] = {}
+    n = 0
+    for o in outcomes:
+        n += 1
+        o = o or {"run_id": "?", "status": "failed"}
+        by.setdefault(str(o.get("status") or "failed"), []).append(str(o.get("run_id") or "?"))
+    parts = [f"{len(by.pop(FINISHED))} finished"] if FINISHED in by else []
+    parts += [f"{len(ids)} {st.replace('_', ' ')} ({', '.join(ids)})" for st, ids in sorted(by.items())]
+    return f"sweep of {n} run{'s' if n != 1 else ''}: {', '.join(parts) or 'nothing run'}", not by
