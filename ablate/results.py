@@ -266,6 +266,7 @@ NOT_RESULT_CODE = (
     "rows.py",
     "run.py",
     "slurm.py",
+    "sweep.py",
     "tracking.py",
     "train.py",
 )
