@@ -34,6 +34,8 @@ def train(cfg: RunConfig) -> dict:
     job.install()
     if job.id and cfg.trainer.threads is None and os.environ.get("SLURM_CPUS_PER_TASK"):
         cfg.trainer.threads = int(os.environ["SLURM_CPUS_PER_TASK"])  # the CPUs SLURM gave, not the node's
+    if job.id and cfg.trainer.threads:  # else Lightning's DDP sets cores // local ranks over trainer.threads
+        os.environ.setdefault("OMP_NUM_THREADS", str(cfg.trainer.threads))
     try:
         rec = _train(cfg)
     except Preempted:

@@ -318,6 +318,26 @@ def test_two_devices_run_as_two_tasks_of_one_job(cluster, tmp_path):
 
 
 @pytest.mark.slow
+def test_two_nodes_run_as_one_ddp_job(cluster, tmp_path):
+    """trainer.num_nodes=2: one job over two nodes (cluster.sh up --nodes 2 starts two slurmd on this
+    machine), one rank on each; the same numbers as two ranks on one node."""
+    nodes = subprocess.run(["sinfo", "-h", "-N", "-o", "%N"], capture_output=True, text=True).stdout.split()
+    if len(set(nodes)) < 2:
+        pytest.skip("the test cluster has one node (bash tests/slurm/cluster.sh up --nodes 2)")
+    common = ["model=base", *TINY, "train.max_tokens=512"]
+    p = _run(tmp_path / "two", *common, "trainer.num_nodes=2")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "2 node(s) x 1 task(s) x 1 CPUs" in p.stdout
+    q = _run(tmp_path / "one", *common, "trainer.devices=2")
+    assert q.returncode == 0, q.stderr[-3000:]
+    a, b = _only(tmp_path / "two"), _only(tmp_path / "one")
+    assert a["world_size"] == b["world_size"] == 2
+    assert a["metrics"]["dev_nll_sum"] == b["metrics"]["dev_nll_sum"]
+    assert a["metrics"]["dev_bleu"] == b["metrics"]["dev_bleu"]
+    assert _curves(a) == _curves(b)
+
+
+@pytest.mark.slow
 def test_scontrol_requeue_mid_run_ends_with_the_uninterrupted_metrics(cluster, tmp_path, uninterrupted):
     proc = _start(tmp_path, *LONG)
     jid = _wait_for_step(tmp_path, 400)
