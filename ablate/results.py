@@ -210,14 +210,70 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
+# The type of each field a record holds, checked whenever a record is read back: a record edited by hand
+# (`"dev_ppl": "12.5 (approx)"`, `"status": "Finished"`) is refused by name and field, before any reader
+# formats or sums it. Fields not named here, and None in any field but these two, are left as they are.
+REQUIRED_FIELDS = ("run_id", "status")
+NUMBER_FIELDS = (
+    "schema_version", "seed", "steps", "params", "params_paper_scale", "target_tokens", "tokens_per_s",
+    "wall_time_s", "train_time_s", "flops_estimate", "world_size",
+)  # fmt: skip
+TEXT_FIELDS = (
+    "run_id", "row", "group", "task", "sweep", "reason", "code_hash", "started", "finished", "device",
+    "precision", "data_hash", "git",
+)  # fmt: skip
+MAPPING_FIELDS = ("config", "metrics", "files", "machine", "model_effective", "batch", "data", "versions")
+INTEGER_FIELDS = ("schema_version", "seed", "steps", "params", "params_paper_scale", "target_tokens")
+
+
+def record_problem(rec: Any) -> str | None:
+    """What makes `rec` unusable as a result record (one phrase naming the field), or None."""
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    missing = [k for k in REQUIRED_FIELDS if k not in rec]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if rec["status"] not in STATUSES:
+        return f'"status": {json.dumps(rec["status"])} is not one of {", ".join(STATUSES)}'
+    for key, value in rec.items():
+        if key in MAPPING_FIELDS and value is not None and not isinstance(value, dict):
+            return f'"{key}" is a {_json_type(value)}, not an object'
+        if key in NUMBER_FIELDS and value is not None and not _is_number(value, key in INTEGER_FIELDS):
+            return (
+                f'"{key}": {json.dumps(value)} is not {"an integer" if key in INTEGER_FIELDS else "a number"}'
+            )
+        if (
+            key in TEXT_FIELDS
+            and (value is not None or key in REQUIRED_FIELDS)
+            and not isinstance(value, str)
+        ):
+            return f'"{key}": {json.dumps(value)} is not a string'
+    for key, value in (rec.get("metrics") or {}).items():
+        text = key.endswith("_signature")
+        if value is not None and not (isinstance(value, str) if text else _is_number(value, False)):
+            return f'"metrics"."{key}": {json.dumps(value)} is not {"a string" if text else "a number"}'
+    return None
+
+
+def _is_number(value: Any, integer: bool) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) if integer else isinstance(value, int | float)
+
+
+def _json_type(value: Any) -> str:
+    return {list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
+
+
 def read_record(path: str | os.PathLike) -> dict[str, Any]:
     path = Path(path)
     try:
         rec = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise RecordError(f"{path}: unreadable result record ({e.__class__.__name__}: {e})") from None
-    if not isinstance(rec, dict) or rec.get("status") not in STATUSES or "run_id" not in rec:
-        raise RecordError(f"{path}: not a result record (missing status or run_id)")
+    problem = record_problem(rec)
+    if problem:
+        raise RecordError(f"{path}: not a result record ({problem})")
     return rec
 
 

@@ -24,8 +24,32 @@ COMMANDS = ("table3", "table2", "table4", "params")
 EXT = {"md": "md", "csv": "csv", "json": "json", "latex": "tex"}
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors in one line (`error: argument --seeds: ...`) and exit status 2, as every bad input."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {message} (python -m ablate.report --help)\n")
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} is not at least 1")
+    return n
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m ablate.report",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,19 +85,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--sweep", default=None, help="use only records of this sweep")
     p.add_argument("--rows", default=None, help="comma-separated rows (default: all paper rows + extras)")
     p.add_argument(
-        "--seeds", default=None, help="comma-separated seeds for --missing-command (default: seen)"
+        "--seeds",
+        type=_seed_list,
+        default=None,
+        help="comma-separated seeds for --missing-command (default: seen)",
     )
     p.add_argument(
-        "--seeds-min", type=int, default=1, help="compare a row with base only with this many seeds"
+        "--seeds-min", type=_positive, default=1, help="compare a row with base only with this many seeds"
     )
-    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap replicates")
+    p.add_argument("--n-boot", type=_positive, default=1000, help="bootstrap replicates")
     p.add_argument("--boot-seed", type=int, default=0)
     p.add_argument(
         "--missing-command",
         action="store_true",
         help="print the ablate.run command for the missing, failed or stale cells, and exit",
     )
-    p.add_argument("--vocab", type=int, default=37_000, help="params: shared vocabulary size")
+    p.add_argument("--vocab", type=_positive, default=37_000, help="params: shared vocabulary size")
     p.add_argument("--closed-form", action="store_true", help="params: use the formula, not the meta model")
     p.add_argument(
         "--wandb", action="store_true", help="log the table and plots to W&B (offline without a key)"
@@ -105,16 +132,26 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.results is not None and not results.is_dir():  # nothing is written over an existing report
-        print(f"error: --results {args.results}: no such folder", file=sys.stderr)
+        what = "a file, not a folder" if results.exists() else "no such folder"
+        print(f"error: --results {args.results}: {what}", file=sys.stderr)
         return 2
-    from ablate.report.collect import collect
+    if args.conf is not None and not Path(args.conf).is_dir():
+        print(f"error: --conf {args.conf}: no such folder of row files", file=sys.stderr)
+        return 2
+    from ablate.report.collect import SelectionError, collect
 
     task = "parsing" if cmd == "table4" else "translation"
-    coll = collect(results, args.conf, task=task, preset=args.preset, sweep=args.sweep)
+    try:
+        coll = collect(results, args.conf, task=task, preset=args.preset, sweep=args.sweep)
+        rows = _rows(args.rows, set(coll.rows.models) | set(coll.runs))
+    except SelectionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.results is None and args.source == "files":
         coll.results_dir = Path("results")
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
+    print(_selection_line(coll), file=sys.stderr)
     if cmd in ("table2", "table4"):
         from ablate.report.table2 import table2
         from ablate.report.table4 import table4
@@ -122,9 +159,56 @@ def main(argv: list[str] | None = None) -> int:
         table, notes = (table2 if cmd == "table2" else table4)(coll)
         table.notes = notes
         text = render(table, args.format) if args.format != "md" else to_markdown(table)
-        _emit(text, _out_path(args, cmd), args.quiet)
-        return 0
-    return _table3(args, coll)
+        return _written(lambda: _emit(text, _out_path(args, cmd), args.quiet), [])
+    return _table3(args, coll, rows)
+
+
+def _rows(text: str | None, known: set[str]) -> list[str] | None:
+    """--rows as a list, every name a row file, a paper row or a row of the records."""
+    from ablate.report.collect import SelectionError
+
+    if text is None:
+        return None
+    rows = text.split(",")
+    unknown = [r for r in rows if r not in known]
+    if unknown:
+        raise SelectionError(
+            f"--rows {text}: no row {', '.join(repr(r) for r in unknown)} "
+            f"(rows: {', '.join(sorted(known, key=_row_key))})"
+        )
+    return rows
+
+
+def _row_key(row: str):
+    from ablate.rows import row_order
+
+    return row_order(row)
+
+
+def _selection_line(coll) -> str:
+    """What the report read, on the terminal: the records, the preset and why, what it left out."""
+    n = sum(len(by) for by in coll.runs.values())
+    line = f"[report] {coll.read} record(s) under {coll.results_dir}: {n} cell(s) of preset {coll.scale}"
+    line += f" ({coll.chosen_because})" if coll.chosen_because else ""
+    if coll.excluded:
+        line += "; left out: " + "; ".join(coll.excluded)
+    return line
+
+
+def _written(write, made: list[Path]) -> int:
+    """Run `write`; a write that fails (a full disk, a folder not writable) ends in one line naming the file,
+    exit status 1, and removes the folders in `made` that this report created (no empty plots folder)."""
+    try:
+        write()
+    except OSError as e:
+        import shutil
+
+        for folder in made:
+            shutil.rmtree(folder, ignore_errors=True)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}could not write the report ({e.strerror or e})", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _results_dir(args) -> Path:
@@ -168,12 +252,11 @@ def _emit(text: str, out: Path | None, quiet: bool) -> None:
         sys.stdout.write(text)
 
 
-def _table3(args, coll) -> int:
+def _table3(args, coll, rows: list[str] | None) -> int:
     from ablate.report import table3 as t3
     from ablate.report.analysis import analyse
     from ablate.report.missing import missing_commands
 
-    rows = args.rows.split(",") if args.rows else None
     an = analyse(
         coll,
         rows=None if args.missing_command else rows,
@@ -182,8 +265,7 @@ def _table3(args, coll) -> int:
         seeds_min=args.seeds_min,
     )
     if args.missing_command:
-        seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-        cmds = missing_commands(an, rows, seeds, results_dir=args.results)
+        cmds = missing_commands(an, rows, args.seeds, results_dir=args.results)
         if not cmds:
             # stdout stays empty, so that `$(python -m ablate.report --missing-command)` runs nothing
             print(
@@ -194,23 +276,35 @@ def _table3(args, coll) -> int:
             print(c)
         return 0
     out = _out_path(args, "table3")
-    plots = {}
+    plot_dir = None
     if args.format == "md" and not args.no_plots:
         plot_dir = Path(args.plots) if args.plots else (out.parent if out else Path("reports")) / "plots"
-        from ablate.report.plots import make_plots
-
-        plots = make_plots(an, plot_dir)
     elif args.plots:
-        from ablate.report.plots import make_plots
+        plot_dir = Path(args.plots)
+    made = [f for f in (plot_dir, out.parent if out else None) if f is not None and not f.exists()]
+    plots = {}
 
-        plots = make_plots(an, Path(args.plots))
-    if args.format == "md":
-        text = t3.table3_markdown(an, plots, out.parent if out else Path("."))
-    elif args.format == "json":
-        text = to_json(t3.table3_json(an))
-    else:
-        text = render(t3.main_table(an), args.format)
-    _emit(text, out, args.quiet)
+    def write() -> None:
+        nonlocal plots
+        if plot_dir is not None:
+            from ablate.report.plots import make_plots
+
+            plots = make_plots(an, plot_dir)
+        if args.format == "md":
+            text = t3.table3_markdown(an, plots, out.parent if out else Path("."))
+        elif args.format == "json":
+            text = to_json(t3.table3_json(an))
+        else:
+            text = render(t3.main_table(an), args.format)
+        _emit(text, out, args.quiet)
+
+    if status := _written(write, sorted(made, key=lambda f: len(f.parts), reverse=True)):
+        return status
+    if out is not None:
+        print(
+            f"[report] wrote {out}" + (f" and {len(plots)} plot(s) in {plot_dir}" if plots else ""),
+            file=sys.stderr,
+        )
     if args.wandb:
         log_wandb(t3.main_table(an), plots, args.wandb_project, args.wandb_entity, args.wandb_group)
     return 0
@@ -225,7 +319,13 @@ def _params(args) -> int:
         print(f"warning: {e}", file=sys.stderr)
     models = rc.models
     if args.rows:
-        models = {r: models[r] for r in args.rows.split(",") if r in models}
+        from ablate.report.collect import SelectionError
+
+        try:
+            models = {r: models[r] for r in _rows(args.rows, set(models))}
+        except SelectionError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     rows = params_rows(models, rc.source, args.vocab, exact=not args.closed_form)
     if args.format == "json":
         text = to_json({"vocab": args.vocab, "rows": rows})

@@ -190,17 +190,25 @@ class Run:
 
     @functools.cached_property
     def _curves(self) -> list[dict[str, Any]]:  # read once a report: fit, cost, progress and plots share it
+        """The curve's lines, each (step, train or dev) once, the last written: a line that is not JSON,
+        whose step is not an integer or whose values are not numbers (an edit, a cut-short write) is left
+        out; a line written again by a resumed run replaces the earlier one."""
         p = self.file("curves", "curves.jsonl")
-        out = []
+        out: dict[tuple[int, bool], dict[str, Any]] = {}
         if p.is_file():
-            for line in p.read_text(encoding="utf-8").splitlines():
+            for line in p.read_text(encoding="utf-8", errors="replace").splitlines():
                 try:
                     obj = json.loads(line)
                 except json.JSONDecodeError:
                     continue
-                if isinstance(obj, dict) and "step" in obj:
-                    out.append(obj)
-        return out
+                if not isinstance(obj, dict) or not _is_int(obj.get("step")):
+                    continue
+                if not all(v is None or _is_number(v) for v in obj.values()):
+                    continue
+                out[(obj["step"], "dev_ppl" in obj)] = {
+                    k: float(v) if k != "step" and v is not None else v for k, v in obj.items()
+                }
+        return sorted(out.values(), key=lambda c: (c["step"], "dev_ppl" in c))
 
 
 @dataclass
@@ -213,6 +221,8 @@ class Collection:
     scale_cfg: dict[str, Any] | None
     excluded: list[str]  # one line per group of records left out (other preset, other task, duplicates)
     results_dir: Path
+    read: int = 0  # records read (readable ones)
+    chosen_because: str = ""  # why this preset: given, or the newest sweep's
 
     def seeds(self) -> list[int]:
         return sorted({s for by_seed in self.runs.values() for s in by_seed})
@@ -227,6 +237,14 @@ class Collection:
             return None
         cand.sort(key=lambda r: (r.row != "base", _STATUS_RANK[r.status], _neg_time(r)))
         return cand[0]
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
 
 
 def _neg_time(r: Run) -> str:
@@ -256,28 +274,79 @@ def _ne(a: Any, b: Any) -> bool:
     return a != b
 
 
+class SelectionError(ValueError):
+    """The records asked for (--sweep, --preset) are not there, or the default choice is ambiguous: the
+    report refuses in one line instead of writing an empty or a guessed table."""
+
+
 def _select(runs: list[Run], task: str, preset: str | None, sweep: str | None, excluded: list[str]):
-    """The records of one table: this task, this sweep (if given), one preset (by default base's). What is
-    left out gets a line in `excluded`."""
+    """The records of one table: this task, this sweep (if given), one preset (by default the newest
+    sweep's). What is left out gets a line in `excluded`; returns (runs, preset, why that preset)."""
     other_task = [r for r in runs if r.rec.get("task", "translation") != task]
     if other_task:
         excluded.append(f"{len(other_task)} record(s) of another task")
     runs = [r for r in runs if r.rec.get("task", "translation") == task]
     if sweep is not None:
         n = len(runs)
+        sweeps = sorted({str(r.rec.get("sweep")) for r in runs if r.rec.get("sweep")})
         runs = [r for r in runs if r.rec.get("sweep") == sweep]
+        if not runs:
+            raise SelectionError(
+                f"--sweep {sweep}: no {task} records of this sweep (sweeps: {', '.join(sweeps) or 'none'})"
+            )
         if n - len(runs):
             excluded.append(f"{n - len(runs)} record(s) of other sweeps than {sweep!r}")
     presets = Counter(r.preset for r in runs)
+    why = "given with --preset"
+    if preset is not None and presets and preset not in presets:
+        raise SelectionError(
+            f"--preset {preset}: no {task} records of this preset "
+            f"(presets: {', '.join(f'{p} ({n})' for p, n in sorted(presets.items()))})"
+        )
     if preset is None and presets:
-        base_presets = Counter(r.preset for r in runs if r.row == "base" and r.status == "finished")
-        preset = (base_presets or presets).most_common(1)[0][0]
+        preset, why = default_preset(runs)
     if preset is not None:
         for name, n in sorted(presets.items()):
             if name != preset:
                 excluded.append(f"{n} record(s) of preset {name!r} (use --preset {name} to see them)")
         runs = [r for r in runs if r.preset == preset]
-    return runs, preset
+    return runs, preset, why
+
+
+def default_preset(runs: list[Run]) -> tuple[str, str]:
+    """(preset, why): the preset of the newest sweep (the sweep of the most recently started record; the
+    newest single run where that has no sweep); in a sweep over presets, the one of most of its finished
+    base runs, else of most of its records. Raises SelectionError where that is a tie."""
+    dated = [r for r in runs if r.rec.get("started")]
+    if dated:
+        newest = max(dated, key=lambda r: str(r.rec["started"]))
+        sweep = newest.rec.get("sweep")
+        if sweep:
+            members = [r for r in runs if r.rec.get("sweep") == sweep]
+            what = f"the newest sweep, {sweep}: {len(members)} record(s)"
+        else:
+            members = [r for r in dated if r.rec["started"] == newest.rec["started"]]
+            what = f"the newest run, {newest.rec['run_id']}"
+    else:
+        members, what = runs, "no record says when it started: all records"
+    base = Counter(r.preset for r in members if r.row == "base" and r.status == "finished")
+    counts = (base or Counter(r.preset for r in members)).most_common()
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        tied = sorted(p for p, n in counts if n == counts[0][1])
+        _ambiguous(
+            runs, f"{what}, with as many {'base runs' if base else 'records'} of {' as of '.join(tied)}"
+        )
+    if len(counts) > 1:
+        what += f", most {'finished base runs' if base else 'records'} of this preset"
+    return counts[0][0], what
+
+
+def _ambiguous(runs: list[Run], why: str) -> None:
+    counts = Counter(r.preset for r in runs)
+    raise SelectionError(
+        f"which preset? {why}: choose one with --preset "
+        f"({', '.join(f'{p}: {n} record(s)' for p, n in sorted(counts.items()))})"
+    )
 
 
 def _one_per_cell(
@@ -319,7 +388,7 @@ def collect(
     today = today or code_hash()
     excluded: list[str] = []
 
-    runs, preset = _select([Run(r) for r in records], task, preset, sweep, excluded)
+    runs, preset, why = _select([Run(r) for r in records], task, preset, sweep, excluded)
     chosen = _one_per_cell(runs, rows, today, excluded)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get("base", {}).values()), None)
@@ -333,4 +402,6 @@ def collect(
         scale_cfg=(tmpl.cfg("scale") if tmpl else None),
         excluded=excluded,
         results_dir=results_dir,
+        read=len(records),
+        chosen_because=why,
     )

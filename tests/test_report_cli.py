@@ -1,0 +1,112 @@
+"""The report's command line: every argument that names nothing (a sweep, a preset, a row, a folder) or
+holds a bad value stops in one line with exit status 2 and leaves the last report as it was; without
+--preset the report reads the newest sweep's preset, says on the terminal what it read and what it left
+out, and refuses a choice it would have to guess."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_report_table3 import ARGS, TODAY, _write_run, make_fixture
+
+from ablate.report import collect as collect_mod
+from ablate.report.__main__ import main
+
+OLD_REPORT = "the report of yesterday\n"
+
+
+@pytest.fixture
+def fixture_dir(tmp_path, monkeypatch):
+    make_fixture(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "table3.md").write_text(OLD_REPORT)
+    return tmp_path
+
+
+BAD = {
+    "--sweep": (["--sweep", "nosuch"], "--sweep nosuch: no translation records of this sweep (sweeps: gold"),
+    "--rows": (["--rows", "base,Z9"], "--rows base,Z9: no row 'Z9' (rows: base, A1"),
+    "--preset": (["--preset", "big_gpu"], "--preset big_gpu: no translation records of this preset (pres"),
+    "--results a file": (["--results", "conf/model/base.yaml"], "--results conf/model/base.yaml: a file, no"),
+    "--conf": (["--conf", "nowhere"], "--conf nowhere: no such folder of row files"),
+    "--seeds": (["--seeds", "1,x", "--missing-command"], "argument --seeds: '1,x' is not a comma-separated"),
+    "--n-boot": (["--n-boot", "0"], "argument --n-boot: 0 is not at least 1"),
+    "--seeds-min": (["--seeds-min", "-1"], "argument --seeds-min: -1 is not at least 1"),
+    "--format": (["--format", "docx"], "argument --format: invalid choice: 'docx'"),
+    "unknown option": (["--colour", "red"], "unrecognized arguments: --colour red"),
+}  # fmt: skip
+
+
+def _status(argv: list[str]) -> int:
+    try:
+        return main(argv)
+    except SystemExit as e:  # argparse's usage errors
+        return int(e.code)
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_an_argument_that_names_nothing_stops_in_one_line_and_writes_nothing(name, fixture_dir, capsys):
+    extra, phrase = BAD[name]
+    assert _status(["table3", *ARGS, "--no-plots", *extra]) == 2
+    out = capsys.readouterr()
+    lines = out.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and phrase in lines[0], out.err
+    assert out.out == ""
+    assert (fixture_dir / "reports" / "table3.md").read_text() == OLD_REPORT
+
+
+def test_params_refuses_a_row_it_does_not_know(fixture_dir, capsys):
+    assert _status(["params", "--conf", "conf/model", "--rows", "A1,Q7", "--out", "p.md"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--rows A1,Q7: no row 'Q7'" in err[0]
+    assert not (fixture_dir / "p.md").exists()
+
+
+def _restamp(results: Path, row: str, sweep: str, started: str) -> None:
+    for path in (results / row).glob("*/record.json"):
+        rec = json.loads(path.read_text())
+        rec.update(sweep=sweep, started=started)
+        path.write_text(json.dumps(rec))
+
+
+def test_without_preset_the_report_reads_the_newest_sweep_and_says_so(fixture_dir, capsys):
+    """An older sweep of the tiny preset (base, 3 seeds) and a newer one of the paper preset (one base run,
+    B2 at two seeds): the report is the newer sweep's preset, although most base runs are tiny."""
+    res = fixture_dir / "results"
+    _write_run(res, "B2", 1, scale="paper")
+    _write_run(res, "B2", 2, scale="paper")
+    for path in res.rglob("record.json"):
+        rec = json.loads(path.read_text() or "{}") if path.read_text().startswith("{\n") else None
+        if rec is None:
+            continue
+        paper = rec["config"]["scale"]["name"] == "paper"
+        rec.update(
+            sweep="sweep-new" if paper else "sweep-old", started=f"2025-02-0{2 if paper else 1}T00:00:00"
+        )
+        path.write_text(json.dumps(rec))
+    assert main(["table3", *ARGS, "--no-plots"]) == 0
+    err = capsys.readouterr().err
+    line = next(ln for ln in err.splitlines() if ln.startswith("[report] "))
+    assert "3 cell(s) of preset paper (the newest sweep, sweep-new: 3 record(s))" in line, line
+    assert "left out: 18 record(s) of preset 'tiny' (use --preset tiny to see them)" in line, line
+    text = (fixture_dir / "reports" / "table3.md").read_text()
+    summary = text.split("## Summary\n")[1].split("## Table\n")[0]
+    cells = {ln.split("|")[1].strip(): ln for ln in summary.splitlines() if ln.startswith("| ")}
+    assert cells["base"].endswith("| 1 seed |") and cells["B2"].endswith("| 2 seeds |"), summary
+    assert cells["A1"].endswith("| not run |"), cells["A1"]  # A1 has tiny runs only
+
+
+def test_a_sweep_with_as_many_base_runs_of_two_presets_is_refused(fixture_dir, capsys):
+    res = fixture_dir / "results"
+    _write_run(res, "base", 2, scale="paper")
+    _write_run(res, "base", 3, scale="paper")  # with the fixture's paper s1: 3 base runs of each preset
+    assert main(["table3", *ARGS, "--no-plots"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: which preset? the newest sweep, golden"), err
+    assert "as many base runs of paper as of tiny: choose one with --preset" in err[0]
+    assert (fixture_dir / "reports" / "table3.md").read_text() == OLD_REPORT
+    assert main(["table3", *ARGS, "--no-plots", "--preset", "paper"]) == 0
