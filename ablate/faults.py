@@ -2,6 +2,7 @@
 
 ABLATE_FAULT_NAN_AT_STEP=k   the weights are NaN for the batches of optimizer step k (a diverging run)
 ABLATE_FAULT_RANK=r          rank r of a multi-device job raises at start-up
+ABLATE_FAULT_SIGINT_AT_STEP=k  after optimizer step k, SIGINT to the process group (Ctrl-C in a terminal)
 """
 
 from __future__ import annotations
@@ -14,10 +15,27 @@ from pytorch_lightning.callbacks import Callback
 RANK_ENV = "ABLATE_FAULT_RANK"
 ROW_ENV = "ABLATE_FAULT_ROW"
 NAN_ENV = "ABLATE_FAULT_NAN_AT_STEP"
+SIGINT_ENV = "ABLATE_FAULT_SIGINT_AT_STEP"
 
 
 def callbacks() -> list[Callback]:
-    return [FaultInjection()] if os.environ.get(NAN_ENV) else []
+    out: list[Callback] = [FaultInjection()] if os.environ.get(NAN_ENV) else []
+    return out + ([CtrlC(int(os.environ[SIGINT_ENV]))] if os.environ.get(SIGINT_ENV) else [])
+
+
+class CtrlC(Callback):
+    """ABLATE_FAULT_SIGINT_AT_STEP=k: what Ctrl-C in a terminal does at optimizer step k, SIGINT to every
+    process of the foreground group (start the command in its own session to keep the signal there)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
+        if trainer.global_step == self.step:
+            import signal
+
+            self.step = -1
+            os.killpg(os.getpgrp(), signal.SIGINT)
 
 
 def check_start(row: str) -> None:

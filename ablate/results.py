@@ -316,6 +316,7 @@ NOT_RESULT_CODE = (
     "devices.py",
     "faults.py",
     "launch.py",
+    "plan.py",  # lists what a command would train; trains nothing
     "requeue.py",
     "report/",
     "results.py",

@@ -45,3 +45,37 @@ def resolve_row(name: str, load: Callable[[str], dict | None]) -> dict[str, Any]
         return out
 
     return walk(name, frozenset())
+
+
+def row_file_problem(path) -> str | None:
+    """What keeps a row file from composing, in one line naming the file (and the line of a YAML error),
+    or None: YAML that does not parse, a file that is not a mapping, a key ModelConfig does not have."""
+    import difflib
+    from dataclasses import fields
+    from pathlib import Path
+
+    import yaml
+
+    from ablate.config import ModelConfig
+
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.MarkedYAMLError as e:
+        mark = e.context_mark or e.problem_mark  # where the construct that fails begins
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        what = "; ".join(str(x) for x in (e.context, e.problem) if x)
+        return f"{path}: {where}not YAML ({what})"
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        return f"{path}: unreadable ({type(e).__name__}: {e})"
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        return f"{path}: a row file is a mapping of keys (name, group, and the keys it changes)"
+    keys = [f.name for f in fields(ModelConfig)]
+    for key in raw:
+        if key != "defaults" and key not in keys:
+            near = difflib.get_close_matches(str(key), keys, n=1)
+            hint = f" (did you mean {near[0]}?)" if near else f" (keys: {', '.join(keys)})"
+            return f"{path}: unknown key {key!r}{hint}"
+    return None

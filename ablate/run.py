@@ -11,6 +11,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from ablate import plan
 from ablate.config import ConfigError, RunConfig, register_configs
 from ablate.sweep import member_config, outcome
 
@@ -50,6 +51,27 @@ def _record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
         return None
 
 
+INTERRUPTED = "interrupted by Ctrl-C; the same command resumes it from its last checkpoint"
+
+
+def _mark_interrupted(cfg: RunConfig | None) -> None:
+    """Ctrl-C is not a failure of the run: its record goes back to `running` (which the report shows as
+    interrupted once this process is gone) with the reason, where training had marked it failed."""
+    from ablate import results
+
+    if cfg is None:
+        return
+    path = results.run_dir(cfg) / results.RECORD_NAME
+    try:
+        rec = results.read_record(path)
+        if rec["status"] == "failed":
+            for key in ("finished", "traceback"):
+                rec.pop(key, None)
+            results.atomic_write_json(path, {**rec, "status": "running", "reason": INTERRUPTED})
+    except (OSError, ValueError):  # no record yet, or one the user edited: left as it is
+        pass
+
+
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
@@ -73,10 +95,22 @@ def main(dcfg: DictConfig) -> dict | None:
     hc = HydraConfig.get()
     multirun = hc.mode.name == "MULTIRUN"
     launcher = hc.runtime.choices.get("hydra/launcher")
+    if plan.active():
+        return _plan(dcfg, list(hc.overrides.task), launcher, hc.sweep.dir if multirun else None, multirun)
     cfg = None
     try:
         cfg = member_config(dcfg, list(hc.overrides.task), launcher, hc.sweep.dir if multirun else None)
+        if problem := plan.row_problem(cfg):
+            raise ConfigError(problem)
         rec = train(cfg)
+    except KeyboardInterrupt:
+        _mark_interrupted(cfg)
+        raise
+    except SystemExit as e:  # Lightning answers Ctrl-C in fit with exit(1), raised while handling it
+        if isinstance(e.__context__, KeyboardInterrupt):
+            _mark_interrupted(cfg)
+            raise KeyboardInterrupt from None
+        raise
     except (ConfigError, ValueError, OSError) as e:
         print(f"error: {_first_line(e)}", file=sys.stderr)
         if multirun:  # the record says why; the other jobs of the sweep go on
@@ -95,6 +129,24 @@ def main(dcfg: DictConfig) -> dict | None:
     return outcome(rec["run_id"], rec["status"], rec.get("reason"), dev_bleu=m.get("dev_bleu"))
 
 
+def _plan(dcfg: DictConfig, overrides: list[str], launcher, sweep_dir, multirun: bool) -> dict:
+    """--plan: the job's line instead of its training (ablate.plan); nothing is written."""
+    from ablate import results
+
+    try:
+        cfg = member_config(dcfg, overrides, launcher, sweep_dir)
+    except (ConfigError, ValueError) as e:
+        print(f"[plan] {' '.join(overrides)}  refused: {_first_line(e)}")
+        word, run_id = plan.REFUSED, " ".join(overrides)
+    else:
+        text, word = plan.line(cfg)
+        print(text)
+        run_id = cfg.model.name if word == plan.REFUSED else results.run_id(cfg)
+    if word == plan.REFUSED and not multirun:
+        sys.exit(2)
+    return outcome(run_id, word)
+
+
 def results_dir_problem(argv: list[str]) -> str | None:
     """Hydra makes its folder under results_dir before any code of ours runs, so a results_dir it cannot
     create ends in a traceback of Hydra's: check it first and say it in one line."""
@@ -111,8 +163,53 @@ def results_dir_problem(argv: list[str]) -> str | None:
     return None
 
 
-if __name__ == "__main__":
-    if problem := results_dir_problem(sys.argv[1:]):
+def row_file_problem(argv: list[str]) -> str | None:
+    """A single run's row file that does not compose (a YAML error, a misspelt key): Hydra would answer
+    with a traceback; say it in one line naming the file and line. (In a sweep the sweeper refuses such a
+    job alone.)"""
+    from ablate.rows import row_file_problem as problem
+
+    rows = [a.split("=", 1)[1] for a in argv if a.startswith("model=")]
+    if not rows:
+        return None
+    dirs = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config-dir", "-cd")]
+    dirs += [a.split("=", 1)[1] for a in argv if a.startswith("--config-dir=")]
+    for folder in [*dirs, Path(__file__).resolve().parents[1] / "conf"]:
+        path = Path(folder) / "model" / f"{rows[-1]}.yaml"
+        if path.is_file():
+            return problem(path)
+    return None
+
+
+def entry(argv: list[str]) -> None:
+    """The command line: checks Hydra would answer with a traceback, --plan, then Hydra's main."""
+    multirun = any(a in ("-m", "--multirun") for a in argv)
+    if multirun and any(a == "--cfg" or a.startswith("--cfg=") or a == "-c" for a in argv):
+        print(
+            "error: --cfg prints the config of one run; for a sweep, --plan lists each run it would train",
+            file=sys.stderr,
+        )
+        sys.exit(2)
+    if problem := results_dir_problem(argv) or (None if multirun else row_file_problem(argv)):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
-    main()
+    scratch = None
+    if plan.FLAG in argv:
+        os.environ[plan.ENV] = "1"
+        argv = plan.planned_argv(argv)
+        scratch = os.environ.get("ABLATE_PLAN_SCRATCH")
+    sys.argv = [sys.argv[0], *argv]
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C: one line, not the tracebacks of every layer it passed through
+        print(f"[ablate] stopped: {INTERRUPTED}", file=sys.stderr, flush=True)
+        sys.exit(130)
+    finally:
+        if scratch:
+            import shutil
+
+            shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    entry(sys.argv[1:])

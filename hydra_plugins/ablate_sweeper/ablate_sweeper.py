@@ -55,7 +55,10 @@ def rows_and_groups(load: Callable[[str], DictConfig | None], names: Iterable[st
     row it builds on (rows.resolve_row: its defaults list, as in composition), else "base"."""
 
     def raw(name: str) -> dict | None:
-        cfg = load(name)
+        try:
+            cfg = load(name)
+        except Exception:  # noqa: BLE001 - a row file that does not load fails its own jobs, not the listing
+            return None
         return OmegaConf.to_container(cfg) if isinstance(cfg, DictConfig) else None
 
     return {n: str(resolve_row(n, raw).get("group", "base")) for n in ordered(names)}
@@ -169,6 +172,31 @@ class AblateSweeper(BasicSweeper):
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
         super().__init__(max_batch_size=max_batch_size, params=params)
         self._rows: dict[str, str] | None = None
+        self._rejected: list[dict[str, Any]] = []  # jobs whose config does not compose: outcomes
+
+    def get_job_batch(self) -> Sequence[Sequence[str]]:
+        """The next batch, less the jobs whose config does not compose (a row file with a YAML error or a
+        misspelt key): each is refused in one line and counted in the sweep's closing line, while the
+        others run (Hydra would stop the whole sweep at the first)."""
+        assert self.hydra_context is not None and self.config is not None
+        loader = self.hydra_context.config_loader
+        batch = []
+        for overrides in super().get_job_batch():
+            try:
+                loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+            except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
+                from ablate import plan
+
+                reason = _composition_problem(list(overrides), e, loader.get_sources())
+                label = next((o for o in overrides if o.startswith(f"{MODEL_GROUP}=")), " ".join(overrides))
+                if plan.active():
+                    print(f"[plan] {label}  refused: {reason}", flush=True)
+                else:
+                    print(f"error: {label}: {reason}", file=sys.stderr, flush=True)
+                self._rejected.append({"run_id": label, "status": "failed", "reason": reason})
+                continue
+            batch.append(overrides)
+        return batch
 
     def rows(self) -> dict[str, str]:
         if self._rows is None:
@@ -186,14 +214,40 @@ class AblateSweeper(BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         """Run the sweep, then say how each member ended, in one line; exit 1 unless all finished."""
+        from ablate import plan
         from ablate.sweep import summary
 
         returns = super().sweep(self._expand(arguments))
-        line, all_finished = summary(r.return_value for batch in returns for r in batch)
+        if plan.active():  # --plan: each job printed its line; the counts, exit 2 where one is refused
+            words = [r.return_value["status"] for batch in returns for r in batch]
+            line, runnable = plan.summary(words + [plan.REFUSED] * len(self._rejected))
+            print(f"[plan] {line}", flush=True)
+            if not runnable:
+                sys.exit(2)
+            return returns
+        line, all_finished = summary([*(r.return_value for batch in returns for r in batch), *self._rejected])
         print(f"[ablate] {line}", file=sys.stderr if not all_finished else sys.stdout, flush=True)
         if not all_finished:
             sys.exit(1)
         return returns
+
+
+def _composition_problem(overrides: list[str], error: Exception, sources: Sequence[Any]) -> str:
+    """Why a job's config does not compose, in one line: the row file's own problem where the job names a
+    row file that has one (ablate.rows.row_file_problem), else the first line of Hydra's message."""
+    from ablate.rows import row_file_problem
+
+    rows = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == MODEL_GROUP]
+    for row in rows[-1:]:
+        for src in sources:
+            path = os.path.join(src.path, MODEL_GROUP, f"{row}.yaml")
+            if src.scheme() == "file" and os.path.isfile(path):
+                problem = row_file_problem(path)
+                if problem:
+                    return problem
+                break
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,0 +1,178 @@
+"""`python -m ablate.run -m <overrides> --plan`, or `python -m ablate.plan -m <overrides>`: each run a
+command would train, and what training it would do, without training anything.
+
+One line a job: row, seed, preset, the model it would build (after recipe and scale), its run id, and
+`finished`, `to resume from step k`, `to retry (failed: ...)`, `to train`, `being run by another process`
+or `refused: <the reason training would give>`. The identity is the one training uses
+(ablate.sweep.member_config, ablate.results.run_id), so the plan and the run agree on what is finished. The
+sweep ends with one line of counts; the exit status is 2 when any job is refused, else 0.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+from ablate.config import ConfigError, RunConfig, effective_model, preset_name, total_steps, validate, varied
+
+FLAG = "--plan"
+ENV = "ABLATE_PLAN"  # set by ablate.run for the plan's process: the job and the sweeper read it
+FINISHED, TO_RESUME, TO_RETRY, TO_TRAIN, BUSY, REFUSED = (
+    "finished",
+    "to resume",
+    "to retry",
+    "to train",
+    "being run by another process",
+    "refused",
+)
+
+
+def active() -> bool:
+    return os.environ.get(ENV) == "1"
+
+
+def row_problem(cfg: RunConfig) -> str | None:
+    """A row file that changes nothing from base would train a copy of base under another name."""
+    if cfg.model.name != "base" and not varied(cfg.model):
+        return (
+            f"model={cfg.model.name}: its row file varies nothing from base (a row states the keys it "
+            "changes; base itself is model=base)"
+        )
+    return None
+
+
+def model_text(cfg: RunConfig) -> str:
+    """The model a run would build: layers, widths, heads, dropout, steps (the vocabulary comes with the
+    data)."""
+    m = effective_model(cfg, 0)
+    dec = m.n_dec_layers if m.n_dec_layers not in (None, m.n_layers) else None
+    layers = f"N {m.n_layers}" + (f" (decoder {dec})" if dec is not None else "")
+    return (
+        f"{layers}, d_model {m.d_model}, d_ff {m.d_ff}, h {m.n_heads}, d_k {m.d_k}, d_v {m.d_v}, "
+        f"P_drop {m.dropout:g}, {m.positional} positions, {m.norm}-LN, {total_steps(cfg):,} steps"
+    )
+
+
+def state(cfg: RunConfig) -> tuple[str, str]:
+    """(word, detail) for the run `cfg` names: what the same command without --plan would do with it."""
+    from ablate import results
+
+    problem = row_problem(cfg)
+    if problem:
+        return REFUSED, problem
+    try:
+        validate(cfg)
+        folder = results.run_dir(cfg)  # a data source's fingerprint reads its files: missing ones refuse
+    except (ConfigError, ValueError, OSError) as e:
+        return REFUSED, _first_line(e)
+    path = folder / results.RECORD_NAME
+    if path.is_file() and cfg.resume:
+        try:
+            rec = results.read_record(path)
+        except results.RecordError as e:
+            return REFUSED, str(e)
+        if rec["status"] == "finished":
+            stale = rec.get("code_hash") not in (None, results.code_hash())
+            return FINISHED, " (code changed since: resume=false trains it again)" if stale else ""
+        if rec["status"] == "running" and results.is_running(folder):
+            return BUSY, ""
+    step = _checkpoint_step(folder / "checkpoints") if cfg.resume else None
+    if step is not None:
+        return TO_RESUME, f" from step {step}"
+    if path.is_file() and cfg.resume:
+        rec = results.read_record(path)
+        if rec["status"] == "failed":
+            return TO_RETRY, f" (failed: {_first_line(rec.get('reason') or 'no reason given')})"
+    return TO_TRAIN, ""
+
+
+def _checkpoint_step(folder: Path) -> int | None:
+    """The step a run would resume from, by the names of its checkpoints (last.ckpt: the newest of them,
+    or step 0 where it is the only one)."""
+    steps = [
+        int(m.group(1)) for p in folder.glob("step*.ckpt") if (m := re.fullmatch(r"step(\d+)\.ckpt", p.name))
+    ]
+    if steps:
+        return max(steps)
+    return 0 if (folder / "last.ckpt").is_file() else None
+
+
+def line(cfg: RunConfig) -> tuple[str, str]:
+    """(the plan's line for this job, its state word)."""
+    from ablate import results
+
+    word, detail = state(cfg)
+    if word == REFUSED:
+        return f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  refused: {detail}", word
+    return (
+        f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  {model_text(cfg)}  "
+        f"{results.run_id(cfg)}  {word}{detail}"
+    ), word
+
+
+def summary(words: list[str]) -> tuple[str, bool]:
+    """('plan of 4 runs: 1 finished, 2 to train, 1 refused', none refused?)."""
+    order = (FINISHED, TO_RESUME, TO_RETRY, BUSY, TO_TRAIN, REFUSED)
+    counts = [f"{words.count(w)} {w}" for w in order if words.count(w)]
+    n = len(words)
+    return f"plan of {n} run{'s' if n != 1 else ''}: {', '.join(counts) or 'nothing'}", REFUSED not in words
+
+
+def _first_line(e: BaseException | str) -> str:
+    lines = str(e).strip().splitlines()
+    return lines[0] if lines else type(e).__name__
+
+
+def planned_argv(argv: list[str]) -> list[str]:
+    """The command line of a plan: --plan taken out, the launcher replaced by Hydra's basic one (no job is
+    submitted or started), Hydra's own files written to a folder that is removed afterwards."""
+    import tempfile
+
+    scratch = tempfile.mkdtemp(prefix="ablate-plan-")
+    os.environ["ABLATE_PLAN_SCRATCH"] = scratch
+    kept = [
+        a
+        for a in argv
+        if a != FLAG
+        and not a.startswith(("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=", "hydra.run.dir="))
+    ]
+    ours = [
+        "hydra/launcher=basic",
+        f"hydra.sweep.dir={scratch}/multirun",
+        f"hydra.run.dir={scratch}/run",
+        "hydra.output_subdir=null",
+        "hydra/hydra_logging=disabled",
+        "hydra/job_logging=disabled",
+    ]
+    at = _after_overrides(kept)
+    return [*kept[:at], *ours, *kept[at:]]
+
+
+# Hydra's options that take a value: the value is not an override
+_VALUED = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "--cfg", "-c", "--package",
+           "-p", "--experimental-rerun"}  # fmt: skip
+
+
+def _after_overrides(argv: list[str]) -> int:
+    """Where more overrides go: after the command line's own (Hydra's parser takes them as one run of
+    positional arguments), or at the end where it has none."""
+    last = None
+    for i, a in enumerate(argv):
+        if not a.startswith("-") and not (i and argv[i - 1] in _VALUED):
+            last = i
+    return len(argv) if last is None else last + 1
+
+
+def main() -> None:
+    """`python -m ablate.plan <ablate.run's arguments>`: ablate.run as `python -m` runs it (Hydra finds
+    conf/ beside the script it runs), with --plan."""
+    import runpy
+
+    sys.argv = [sys.argv[0], *sys.argv[1:], FLAG]
+    runpy.run_module("ablate.run", run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

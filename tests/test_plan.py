@@ -1,0 +1,175 @@
+"""`--plan`: each job of a command, what it would train and what state it is in, with the identity training
+uses; and the row files a user writes: one that does not compose fails alone, one that varies nothing is
+refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ablate.rows import row_file_problem
+
+ROOT = Path(__file__).resolve().parents[1]
+ROW_HEAD = "defaults:\n  - base\n  - _self_\n\n"
+USER_ROWS = {
+    "typo": ROW_HEAD + "name: typo\ngroup: extra\ndropuot: 0.3\n",  # line 7: a misspelt key
+    "broken": ROW_HEAD + "name: broken\ngroup: extra\ndropout: [0.3\n",  # line 7: an unclosed list
+    "copy": ROW_HEAD + "name: copy\ngroup: extra\n",  # varies nothing
+}
+TINY = ["recipe=tiny", "scale=tiny", "trainer=cpu", "trainer.threads=1", "trainer.progress_bar=false"]
+
+
+def _run(tmp_path: Path, *args: str, module: str = "ablate.run") -> subprocess.CompletedProcess:
+    conf = tmp_path / "user_conf" / "model"
+    conf.mkdir(parents=True, exist_ok=True)
+    for name, text in USER_ROWS.items():
+        (conf / f"{name}.yaml").write_text(text)
+    (tmp_path / "tmp").mkdir(exist_ok=True)
+    env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1", TMPDIR=str(tmp_path / "tmp"))
+    cmd = [
+        sys.executable, "-m", module, *args, *TINY, "logger=none", f"results_dir={tmp_path}/results",
+        f"data.cache_dir={tmp_path}/cache", "--config-dir", str(tmp_path / "user_conf"),
+    ]  # fmt: skip
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")}
+
+
+def _plan_lines(out: str) -> dict[tuple[str, int], str]:
+    lines = {}
+    for ln in out.splitlines():
+        if m := re.match(r"\[plan\] (\S+) s(\d+)  ", ln):
+            lines[(m.group(1), int(m.group(2)))] = ln
+    return lines
+
+
+def test_row_file_problems_name_the_file_and_line(tmp_path):
+    for name, text in USER_ROWS.items():
+        (tmp_path / f"{name}.yaml").write_text(text)
+    assert (
+        row_file_problem(tmp_path / "typo.yaml")
+        == f"{tmp_path}/typo.yaml: unknown key 'dropuot' (did you mean dropout?)"
+    )
+    broken = row_file_problem(tmp_path / "broken.yaml")
+    assert broken.startswith(f"{tmp_path}/broken.yaml: line 7: not YAML (while parsing a flow sequence")
+    assert row_file_problem(tmp_path / "copy.yaml") is None  # it composes: the run refuses it
+    assert row_file_problem(ROOT / "conf" / "model" / "A1.yaml") is None
+
+
+@pytest.mark.slow
+def test_a_sweep_trains_its_good_rows_and_refuses_each_bad_row_file_alone_and_the_plan_agrees(tmp_path):
+    """A sweep over base and three user rows: base trains, typo and broken fail to compose, copy varies
+    nothing; each bad one in one line. The plan of the sweep that follows lists base s1 finished under the
+    very run id training gave it, a run with checkpoints to resume, a failed one to retry, and writes
+    nothing; training the plan's `to train` job gives the run id the plan listed."""
+    p = _run(tmp_path, "-m", "model=base,typo,broken,copy")
+    assert p.returncode == 1, p.stderr[-3000:]
+    assert "Traceback" not in p.stderr
+    errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+    conf = tmp_path / "user_conf" / "model"
+    assert errors[:2] == [
+        f"error: model=typo: {conf}/typo.yaml: unknown key 'dropuot' (did you mean dropout?)",
+        f"error: model=broken: {conf}/broken.yaml: line 7: not YAML (while parsing a flow sequence; expected "
+        "',' or ']', but got '<stream end>')",
+    ]
+    assert errors[2] == (
+        "error: model=copy: its row file varies nothing from base (a row states the keys it changes; base "
+        "itself is model=base)"
+    )
+    assert len(errors) == 3
+    (base_rec,) = (tmp_path / "results" / "base").rglob("record.json")
+    trained = json.loads(base_rec.read_text())
+    assert trained["status"] == "finished"
+    summary = p.stderr.strip().splitlines()[-1]
+    assert summary.startswith("[ablate] sweep of 4 runs: 1 finished, 3 failed (copy-")
+    assert summary.endswith("-s1, model=typo, model=broken)")
+
+    # the plan: base s1 finished, A1 s1 to resume, A1 s2 to retry, base s2 to train
+    p = _run(tmp_path, "-m", "model=base,A1", "seed=1,2", "hydra/launcher=joblib_cpu", "--plan")
+    assert p.returncode == 0, p.stderr[-3000:]
+    first = _plan_lines(p.stdout)
+    ids = {key: ln.split("  ")[-2] for key, ln in first.items()}
+    assert ids[("base", 1)] == trained["run_id"] and first[("base", 1)].endswith("  finished")
+    a1 = tmp_path / "results" / "A1"
+    (a1 / ids[("A1", 1)] / "checkpoints").mkdir(parents=True)
+    (a1 / ids[("A1", 1)] / "checkpoints" / "step0000010.ckpt").write_bytes(b"")
+    (a1 / ids[("A1", 1)] / "record.json").write_text(
+        json.dumps({"run_id": ids[("A1", 1)], "status": "running"})
+    )
+    (a1 / ids[("A1", 2)]).mkdir()
+    failed = {"run_id": ids[("A1", 2)], "status": "failed", "reason": "CUDA out of memory\nTraceback"}
+    (a1 / ids[("A1", 2)] / "record.json").write_text(json.dumps(failed))
+    before = _files(tmp_path / "results") | _files(tmp_path / "cache")
+    p = _run(tmp_path, "-m", "model=base,A1", "seed=1,2", "--plan", module="ablate.plan")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert _files(tmp_path / "results") | _files(tmp_path / "cache") == before  # nothing written
+    assert not list((tmp_path / "tmp").glob("ablate-plan-*"))  # Hydra's files of the plan are gone
+    lines = _plan_lines(p.stdout)
+    assert lines[("base", 1)].endswith(f"  {trained['run_id']}  finished")
+    assert lines[("A1", 1)].endswith(f"  {ids[('A1', 1)]}  to resume from step 10")
+    assert lines[("A1", 2)].endswith(f"  {ids[('A1', 2)]}  to retry (failed: CUDA out of memory)")
+    assert lines[("base", 2)].endswith(f"  {ids[('base', 2)]}  to train")
+    assert (
+        "recipe=tiny scale=tiny  N 1, d_model 32, d_ff 128, h 1, d_k 32, d_v 32, P_drop 0.1"
+        in lines[("A1", 1)]
+    )
+    assert p.stdout.strip().splitlines()[-1] == (
+        "[plan] plan of 4 runs: 1 finished, 1 to resume, 1 to retry, 1 to train"
+    )
+    p = _run(tmp_path, "model=base", "seed=2")
+    assert p.returncode == 0, p.stderr[-3000:]
+    (rec,) = (tmp_path / "results" / "base").glob("*-s2/record.json")
+    assert json.loads(rec.read_text())["run_id"] == ids[("base", 2)]
+
+
+def test_the_plan_refuses_what_training_would_refuse_and_exits_2(tmp_path):
+    p = _run(tmp_path, "-m", "model=base,C1,typo,copy", "--plan")
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = _plan_lines(p.stdout)
+    assert lines[("C1", 1)].endswith(
+        "refused: row C1 under recipe=tiny scale=tiny: model.n_layers=2 gives 1, the same as base's, so the "
+        "row would not differ from base in n_layers (choose another recipe or scale, or set the key on the "
+        "command line)"
+    )
+    assert lines[("copy", 1)].endswith(
+        "refused: model=copy: its row file varies nothing from base (a row states the keys it changes; base "
+        "itself is model=base)"
+    )
+    conf = tmp_path / "user_conf" / "model"
+    assert (
+        f"[plan] model=typo  refused: {conf}/typo.yaml: unknown key 'dropuot' (did you mean dropout?)"
+        in p.stdout
+    )
+    assert p.stdout.strip().splitlines()[-1] == "[plan] plan of 4 runs: 1 to train, 3 refused"
+    assert not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["-m", "model=A1", "--cfg", "job"],
+            "error: --cfg prints the config of one run; for a sweep, --plan lists",
+        ),
+        (
+            ["model=broken"],
+            "broken.yaml: line 7: not YAML (while parsing a flow sequence; expected ',' or ']'",
+        ),
+        (["model=typo"], "typo.yaml: unknown key 'dropuot' (did you mean dropout?)"),
+        (["model=copy"], "error: model=copy: its row file varies nothing from base"),
+    ],
+)
+def test_a_single_command_that_cannot_run_says_why_in_one_line(tmp_path, args, message):
+    p = _run(tmp_path, *args)
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], p.stderr[-3000:]
+    assert not (tmp_path / "results" / "copy").exists()
