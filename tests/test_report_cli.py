@@ -15,6 +15,7 @@ from ablate.report import collect as collect_mod
 from ablate.report.__main__ import main
 
 OLD_REPORT = "the report of yesterday\n"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -110,3 +111,58 @@ def test_a_sweep_with_as_many_base_runs_of_two_presets_is_refused(fixture_dir, c
     assert "as many base runs of paper as of tiny: choose one with --preset" in err[0]
     assert (fixture_dir / "reports" / "table3.md").read_text() == OLD_REPORT
     assert main(["table3", *ARGS, "--no-plots", "--preset", "paper"]) == 0
+
+
+def test_what_the_report_writes_by_default_is_ignored_by_git():
+    """`python -m ablate.report` in a checkout leaves `git status` clean: every default output (each table,
+    each format, the plots) is ignored, and no committed report is."""
+    import subprocess
+
+    from ablate.report.__main__ import COMMANDS, EXT, _out_path, _parser
+
+    paths = []
+    for cmd in COMMANDS:
+        for fmt in EXT:
+            paths.append(str(_out_path(_parser().parse_args(["--format", fmt]), cmd)))
+    paths.append("reports/plots/forest_ppl.png")
+    assert "reports/table3.md" in paths and "reports/params.tex" in paths
+    p = subprocess.run(["git", "check-ignore", *paths], cwd=ROOT, capture_output=True, text=True)
+    assert sorted(p.stdout.split()) == sorted(paths)
+    tracked = subprocess.run(
+        ["git", "ls-files", "-ci", "--exclude-standard"], cwd=ROOT, capture_output=True, text=True
+    )
+    assert tracked.stdout == ""  # no committed file falls under the new patterns
+
+
+def _full_disk(*_args, **_kwargs):
+    raise OSError(28, "No space left on device")
+
+
+@pytest.mark.parametrize("where", ["plots", "table"])
+def test_a_full_disk_is_one_line_and_leaves_no_folder_behind(where, fixture_dir, capsys, monkeypatch):
+    """The disk fills while the plots or the table are written: one line naming the file, exit status 1,
+    the last report as it was, and no plots folder (empty or half full) that this report made."""
+    import matplotlib.figure
+
+    from ablate import results
+
+    if where == "plots":
+        monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, path, **kw: _full_disk(path))
+    else:
+        real = results.atomic_write_text
+
+        def write(path, text):
+            if str(path).endswith(".md"):
+                raise OSError(28, "No space left on device", str(path))
+            real(path, text)
+
+        monkeypatch.setattr(results, "atomic_write_text", write)
+    assert main(["table3", *ARGS, "--plots", "reports/plots"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and err[-1].endswith(
+        "could not write the report (No space left on device)"
+    )
+    target = "reports/table3.md" if where == "table" else "reports/plots"
+    assert err[-1] == f"error: {target}: could not write the report (No space left on device)"
+    assert not (fixture_dir / "reports" / "plots").exists()
+    assert (fixture_dir / "reports" / "table3.md").read_text() == OLD_REPORT

@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
         table, notes = (table2 if cmd == "table2" else table4)(coll)
         table.notes = notes
         text = render(table, args.format) if args.format != "md" else to_markdown(table)
-        return _written(lambda: _emit(text, _out_path(args, cmd), args.quiet), [])
+        out = _out_path(args, cmd)
+        return _written(lambda: _emit(text, out, args.quiet), [], [out])
     return _table3(args, coll, rows)
 
 
@@ -195,9 +196,10 @@ def _selection_line(coll) -> str:
     return line
 
 
-def _written(write, made: list[Path]) -> int:
-    """Run `write`; a write that fails (a full disk, a folder not writable) ends in one line naming the file,
-    exit status 1, and removes the folders in `made` that this report created (no empty plots folder)."""
+def _written(write, made: list[Path], target: list) -> int:
+    """Run `write`; a write that fails (a full disk, a folder not writable) ends in one line naming the file
+    (else `target[0]`, what `write` was writing), exit status 1, and removes the folders in `made` that this
+    report created (no empty plots folder)."""
     try:
         write()
     except OSError as e:
@@ -205,8 +207,8 @@ def _written(write, made: list[Path]) -> int:
 
         for folder in made:
             shutil.rmtree(folder, ignore_errors=True)
-        where = f"{e.filename}: " if e.filename else ""
-        print(f"error: {where}could not write the report ({e.strerror or e})", file=sys.stderr)
+        where = e.filename or target[0]
+        print(f"error: {where}: could not write the report ({e.strerror or e})", file=sys.stderr)
         return 1
     return 0
 
@@ -283,6 +285,7 @@ def _table3(args, coll, rows: list[str] | None) -> int:
         plot_dir = Path(args.plots)
     made = [f for f in (plot_dir, out.parent if out else None) if f is not None and not f.exists()]
     plots = {}
+    target = [plot_dir]
 
     def write() -> None:
         nonlocal plots
@@ -290,6 +293,7 @@ def _table3(args, coll, rows: list[str] | None) -> int:
             from ablate.report.plots import make_plots
 
             plots = make_plots(an, plot_dir)
+        target[0] = out
         if args.format == "md":
             text = t3.table3_markdown(an, plots, out.parent if out else Path("."))
         elif args.format == "json":
@@ -298,7 +302,7 @@ def _table3(args, coll, rows: list[str] | None) -> int:
             text = render(t3.main_table(an), args.format)
         _emit(text, out, args.quiet)
 
-    if status := _written(write, sorted(made, key=lambda f: len(f.parts), reverse=True)):
+    if status := _written(write, sorted(made, key=lambda f: len(f.parts), reverse=True), target):
         return status
     if out is not None:
         print(
