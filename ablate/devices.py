@@ -6,6 +6,11 @@ An id is held by an exclusive flock on <results_dir>/.devices/<id>.lock: the ker
 job ends, whether it finished, failed or was killed, so a failing job frees its GPUs and the others go on.
 The job then runs its training in child processes that see only its ids (CUDA_VISIBLE_DEVICES, set before
 CUDA starts; joblib's worker processes are reused across jobs, so they never set it themselves).
+
+`hydra.launcher.jobs_per_device=k` lets k jobs share one device: each id has k slots (a lock file each),
+a job takes one slot on each of its ids, and each of its processes may use at most 1/k of the device's
+memory (torch's caching allocator; the CUDA context comes on top), so that one job cannot starve the
+others of memory.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ASSIGNED_ENV = "ABLATE_DEVICES"  # the ids a job's processes got, as "2,3" (the worker records it)
+MEMORY_ENV = "ABLATE_DEVICE_MEMORY_FRACTION"  # the share of each device a process may allocate (1/k)
 
 
 def pool(cfg_pool: list[int] | None) -> list[int]:
@@ -30,13 +36,18 @@ def pool(cfg_pool: list[int] | None) -> list[int]:
 
 
 @contextlib.contextmanager
-def acquire(ids: list[int], k: int, lock_dir: Path, poll_s: float = 0.5) -> Iterator[list[int]]:
-    """Hold k of `ids` until the block ends; wait while fewer than k are free."""
+def acquire(
+    ids: list[int], k: int, lock_dir: Path, poll_s: float = 0.5, per_device: int = 1
+) -> Iterator[list[int]]:
+    """Hold a slot on each of k of `ids` until the block ends (`per_device` slots an id); wait while fewer
+    than k ids have a free slot."""
     if k > len(ids):
         raise ValueError(f"trainer.devices={k} is more than the {len(ids)} ids of trainer.device_pool {ids}")
+    if per_device < 1:
+        raise ValueError(f"hydra.launcher.jobs_per_device={per_device}: must be at least 1")
     lock_dir.mkdir(parents=True, exist_ok=True)
     while True:
-        held = _try_take(ids, k, lock_dir)
+        held = _try_take(ids, k, lock_dir, per_device)
         if held:
             break
         time.sleep(poll_s)
@@ -47,14 +58,11 @@ def acquire(ids: list[int], k: int, lock_dir: Path, poll_s: float = 0.5) -> Iter
             f.close()  # closing the file releases its lock
 
 
-def _try_take(ids: list[int], k: int, lock_dir: Path) -> list:
+def _try_take(ids: list[int], k: int, lock_dir: Path, per_device: int) -> list:
     held = []
     for i in ids:
-        f = open(lock_dir / f"{i}.lock", "w")
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            f.close()
+        f = _free_slot(lock_dir, i, per_device)
+        if f is None:
             continue
         held.append((i, f))
         if len(held) == k:
@@ -64,10 +72,37 @@ def _try_take(ids: list[int], k: int, lock_dir: Path) -> list:
     return []
 
 
-def child_env(ids: list[int]) -> dict[str, str]:
-    """The environment of a job's processes: only its devices visible, renumbered from 0."""
+def _free_slot(lock_dir: Path, i: int, per_device: int):
+    """An open, locked slot file of device i, or None when all its slots are held."""
+    for slot in range(per_device):
+        f = open(lock_dir / f"{i}.{slot}.lock", "w")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return f
+        except BlockingIOError:
+            f.close()
+    return None
+
+
+def child_env(ids: list[int], per_device: int = 1) -> dict[str, str]:
+    """The environment of a job's processes: only its devices visible, renumbered from 0; with several
+    jobs a device, each process's share of its memory."""
     joined = ",".join(map(str, ids))
-    return dict(os.environ, CUDA_VISIBLE_DEVICES=joined, **{ASSIGNED_ENV: joined})
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES=joined, **{ASSIGNED_ENV: joined})
+    if per_device > 1:
+        env[MEMORY_ENV] = f"{1 / per_device:.6f}"
+    return env
+
+
+def bound_memory() -> None:
+    """In a job's process: cap torch's allocations on each visible device at the job's share."""
+    share = os.environ.get(MEMORY_ENV)
+    if not share:
+        return
+    import torch
+
+    for d in range(torch.cuda.device_count()):
+        torch.cuda.set_per_process_memory_fraction(float(share), d)
 
 
 def assigned() -> list[int] | None:

@@ -132,6 +132,7 @@ def worker_main(cfg_path: str) -> None:
 
     cfg = to_dataclass(OmegaConf.create(json.loads(Path(cfg_path).read_text())))
     faults.check_start(cfg.model.name)
+    devices.bound_memory()  # hydra.launcher.jobs_per_device > 1: this job's share of each GPU
     run_worker(cfg, prepare_corpus(cfg.data))
 
 

@@ -42,6 +42,15 @@ def member_config(
     return cfg
 
 
+def launcher_setting(key: str, default: Any) -> Any:
+    """`hydra.launcher.<key>` of the launcher this job runs under; outside a Hydra job, the default."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return default
+    return HydraConfig.get().launcher.get(key, default)
+
+
 def outcome(run_id: str, status: str, reason: str | None = None, **metrics: Any) -> dict[str, Any]:
     """What a job returns to the sweep (pickled back by joblib and submitit alike)."""
     return {"run_id": run_id, "status": status, "reason": reason, **metrics}

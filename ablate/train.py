@@ -18,6 +18,7 @@ from ablate.config import RunConfig, validate
 from ablate.data.datamodule import prepare_corpus
 from ablate.hardware import check_accelerator
 from ablate.launch import spawn_job
+from ablate.sweep import launcher_setting
 from ablate.worker import run_worker
 
 # Two warnings Lightning prints on every run that say nothing about this one: a deprecation inside its own
@@ -26,10 +27,12 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*
 warnings.filterwarnings("ignore", message=r".*overridden `transfer_batch_to_device`.*")
 
 
-def train(cfg: RunConfig) -> dict:
-    """Run (or skip, or resume) the run this config names; return its result record."""
+def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:
+    """Run (or skip, or resume) the run this config names; return its result record. `jobs_per_device`:
+    under hydra/launcher=gpus, how many jobs share one device (default: hydra.launcher.jobs_per_device)."""
     check_accelerator(cfg.trainer.accelerator, cfg.trainer.device_pool)  # the machine first: no GPU, no run
     validate(cfg)
+    jobs_per_device = jobs_per_device or launcher_setting("jobs_per_device", 1)
     job = requeue.job()  # inside a SLURM job: the time limit's warning, requeue after a stop
     job.install()
     if job.id and cfg.trainer.threads is None and os.environ.get("SLURM_CPUS_PER_TASK"):
@@ -37,7 +40,7 @@ def train(cfg: RunConfig) -> dict:
     if job.id and cfg.trainer.threads:  # else Lightning's DDP sets cores // local ranks over trainer.threads
         os.environ.setdefault("OMP_NUM_THREADS", str(cfg.trainer.threads))
     try:
-        rec = _train(cfg)
+        rec = _train(cfg, jobs_per_device)
     except Preempted:
         job.after_stop(results.run_dir(cfg))
         raise
@@ -45,7 +48,7 @@ def train(cfg: RunConfig) -> dict:
     return rec
 
 
-def _train(cfg: RunConfig) -> dict:
+def _train(cfg: RunConfig, jobs_per_device: int) -> dict:
     out = results.run_dir(cfg)
     if _inside_managed_process():  # a worker of a job whose launcher already holds the run
         return run_worker(cfg, prepare_corpus(cfg.data))
@@ -57,10 +60,10 @@ def _train(cfg: RunConfig) -> dict:
             if rec_path.is_file():
                 return results.read_record(rec_path)
             return {"run_id": results.run_id(cfg), "row": cfg.model.name, "status": "running"}
-        return _train_locked(cfg, out)
+        return _train_locked(cfg, out, jobs_per_device)
 
 
-def _train_locked(cfg: RunConfig, out: Path) -> dict:
+def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
     rec_path = out / results.RECORD_NAME
     if cfg.resume and rec_path.is_file():
         rec = results.read_record(rec_path)
@@ -74,9 +77,11 @@ def _train_locked(cfg: RunConfig, out: Path) -> dict:
     prepared = prepare_corpus(cfg.data)  # once, before any worker starts
     if cfg.trainer.device_pool is not None:  # hydra/launcher=gpus: jobs side by side, each on its own ids
         ids = devices.pool(cfg.trainer.device_pool)
-        with devices.acquire(ids, cfg.trainer.devices, Path(cfg.results_dir) / ".devices") as mine:
-            print(f"[ablate] {results.run_id(cfg)}: devices {mine}")
-            return spawn_job(cfg, out, devices.child_env(mine))
+        lock_dir, k = Path(cfg.results_dir) / ".devices", jobs_per_device
+        with devices.acquire(ids, cfg.trainer.devices, lock_dir, per_device=k) as mine:
+            shared = f" (each shared by up to {k} jobs)" if k > 1 else ""
+            print(f"[ablate] {results.run_id(cfg)}: devices {mine}{shared}")
+            return spawn_job(cfg, out, devices.child_env(mine, k))
     if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
         return spawn_job(cfg, out)
     return run_worker(cfg, prepared)

@@ -1,0 +1,176 @@
+"""The GPU paths on a GPU, in one prepared run: every figure with the device's name in one results file.
+
+  tests    tests/test_gpu.py whole (the compiled GPU loss included)
+  train    `python -m ablate.run trainer=gpu_bf16` at the paper's width (scale=paper) on the built-in
+           corpus, --steps steps: dev PPL, BLEU, target tokens/s, MFU (6 x params x tokens over the
+           device's bf16 dense peak)
+  sweep    a hydra/launcher=gpus sweep of four rows (A1..A4), two jobs sharing the GPU
+  speed    the paper-batch step for base and big (benchmarks.gpu_speed, bf16)
+  k        rows a minute for eight Multi30k Table 3 rows (experiment=table3_multi30k, --k-steps steps
+           each) at hydra.launcher.jobs_per_device = 1, 4, 8 on one GPU, and whether each row's figures
+           equal its k = 1 run (needs --multi30k)
+
+    python -m benchmarks.gpu_check --out OUT [--parts tests train sweep speed] [--multi30k DIR]
+    python -m benchmarks.gpu_check --dry-run --out /tmp/check     # on a CPU: the same plumbing, tiny
+
+--dry-run runs every part on the CPU at recipe=tiny scale=tiny with made-up device ids, so that nothing but
+the GPU is new when the check runs on one (speed needs CUDA and is left out there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BF16_PEAK = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12}  # dense, SXM where two exist
+K_ROWS = "A1,A2,A3,A4,B1,B2,C6,C7"
+
+
+def run(cmd: list[str], timeout: float, env: dict | None = None) -> tuple[int, str, float]:
+    t0 = time.time()
+    try:
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+        return p.returncode, (p.stdout + p.stderr)[-3000:], time.time() - t0
+    except subprocess.TimeoutExpired as e:
+        return 124, f"timed out after {timeout} s: {str(e.stderr or '')[-2000:]}", time.time() - t0
+
+
+def ablate(args, *overrides: str, multirun: bool = False) -> list[str]:
+    base = ["logger=none", "trainer.progress_bar=false", f"data.cache_dir={args.out}/cache"]
+    hw = ["trainer=cpu", "trainer.threads=1"] if args.dry_run else ["trainer=gpu_bf16"]
+    return [sys.executable, "-m", "ablate.run", *(["-m"] if multirun else []), *base, *hw, *overrides]
+
+
+def records(folder: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(folder.rglob("record.json")) if "wandb" not in p.parts]
+
+
+def part_tests(args) -> dict:
+    code, tail, wall = run([sys.executable, "-m", "pytest", "-q", "-m", "", "tests/test_gpu.py"], 600)
+    return {"exit": code, "summary": tail.strip().splitlines()[-1] if tail.strip() else "", "wall_s": wall}
+
+
+def part_train(args) -> dict:
+    size = (
+        ["scale=tiny", "recipe=tiny"]
+        if args.dry_run
+        else ["scale=paper", "recipe=cpu", "train.val_every=500"]
+    )
+    out = args.out / "train"
+    cmd = ablate(args, *size, f"train.max_steps={args.steps}", f"results_dir={out}")
+    code, tail, wall = run(cmd, 600)
+    if code:
+        return {"exit": code, "tail": tail}
+    (rec,) = records(out)
+    peak = next((v for k, v in BF16_PEAK.items() if k in str(rec.get("device"))), None)
+    flops_s = rec["flops_estimate"] / rec["train_time_s"]
+    return {
+        "exit": 0,
+        "wall_s": wall,
+        "steps": rec["steps"],
+        "params": rec["params"],
+        "dev_ppl": rec["metrics"]["dev_ppl"],
+        "dev_bleu": rec["metrics"]["dev_bleu"],
+        "tokens_per_s": rec["tokens_per_s"],
+        "model_tflops_per_s": flops_s / 1e12,
+        "mfu": flops_s / peak if peak else None,
+        "precision": rec.get("precision"),
+        "device": rec.get("device"),
+    }
+
+
+def gpus_sweep(args, folder: Path, rows: str, k: int, *overrides: str) -> tuple[int, str, float]:
+    pool = ["trainer.device_pool=[0]"] if args.dry_run else []
+    cmd = ablate(
+        args, f"model={rows}", "hydra/launcher=gpus", f"hydra.launcher.n_jobs={k}",
+        f"hydra.launcher.jobs_per_device={k}", f"results_dir={folder}", *pool, *overrides, multirun=True,
+    )  # fmt: skip
+    return run(cmd, 600)
+
+
+def part_sweep(args) -> dict:
+    size = (
+        ["scale=tiny", "recipe=tiny"] if args.dry_run else ["scale=cpu", "recipe=cpu", "train.max_steps=300"]
+    )
+    code, tail, wall = gpus_sweep(args, args.out / "sweep", "A1,A2,A3,A4", 2, *size)
+    recs = records(args.out / "sweep")
+    return {
+        "exit": code,
+        "wall_s": wall,
+        "rows": {
+            r["row"]: [r["status"], r["metrics"].get("dev_ppl"), r.get("devices_assigned")] for r in recs
+        },
+        **({"tail": tail} if code else {}),
+    }
+
+
+def part_speed(args) -> dict:
+    if args.dry_run:
+        return {"skipped": "dry run: benchmarks.gpu_speed needs CUDA"}
+    out = args.out / "gpu_speed"
+    cmd = [sys.executable, "-m", "benchmarks.gpu_speed", "--configs", "base", "big", "--precisions", "bf16"]
+    code, tail, wall = run([*cmd, "--out", str(out)], 600)
+    found = sorted(out.glob("*.jsonl"))
+    rows = [json.loads(x) for f in found for x in f.read_text().splitlines() if x.strip()]
+    return {"exit": code, "wall_s": wall, "results": rows, **({"tail": tail} if code else {})}
+
+
+def part_k(args) -> dict:
+    if not args.multi30k and not args.dry_run:
+        return {"skipped": "no --multi30k folder"}
+    data = ["scale=tiny", "recipe=tiny"] if args.dry_run else [
+        "experiment=table3_multi30k", f"data.root={args.multi30k}", f"train.max_steps={args.k_steps}",
+    ]  # fmt: skip
+    out, by_k = {}, {}
+    for k in args.k:
+        folder = args.out / f"k{k}"
+        code, tail, wall = gpus_sweep(args, folder, K_ROWS, k, *data)
+        by_k[k] = {r["row"]: r["metrics"].get("dev_nll_sum") for r in records(folder)}
+        out[f"k={k}"] = {"exit": code, "wall_s": wall, "rows_per_min": len(by_k[k]) / (wall / 60)}
+        if code:
+            out[f"k={k}"]["tail"] = tail
+    first = by_k[args.k[0]]
+    out["same_as_k1"] = {f"k={k}": by_k[k] == first for k in args.k[1:]}
+    return out
+
+
+PARTS = {"tests": part_tests, "train": part_train, "sweep": part_sweep, "speed": part_speed, "k": part_k}
+
+
+def device() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--parts", nargs="+", default=["tests", "train", "sweep", "speed"], choices=list(PARTS))
+    ap.add_argument("--steps", type=int, default=1000, help="train: optimizer steps at the paper's width")
+    ap.add_argument("--multi30k", type=Path, help="k: folder of Multi30k's train/val/test .gz files")
+    ap.add_argument("--k", type=int, nargs="+", default=[1, 4, 8])
+    ap.add_argument("--k-steps", type=int, default=300)
+    ap.add_argument("--dry-run", action="store_true", help="on the CPU, tiny: the plumbing only")
+    args = ap.parse_args()
+    if args.dry_run:
+        args.steps = min(args.steps, 20)
+    args.out.mkdir(parents=True, exist_ok=True)
+    result = {"device": device(), "dry_run": args.dry_run, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    path = args.out / "gpu_check.json"
+    for name in args.parts:
+        print(f"[gpu_check] {name} ...", flush=True)
+        result[name] = PARTS[name](args)
+        path.write_text(json.dumps(result, indent=1) + "\n")  # after each part: a cut-off run keeps the rest
+        print(json.dumps({name: result[name]}, indent=1)[:2000], flush=True)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("WANDB_MODE", "offline")
+    main()
