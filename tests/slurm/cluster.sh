@@ -13,7 +13,8 @@
 # 127.0.0.1), each with this machine's CPUs and half its memory, so the two share the CPUs. Accounting is on
 # because submitit polls sacct: without it a job that died without writing its output is waited for
 # forever. Writes /etc/slurm/{slurm,slurmdbd}.conf only where no other slurm.conf is there (a real
-# cluster's node is never touched); `up` with another --nodes restarts the cluster on a clean state.
+# cluster's node is never touched). A cold `up`, or one with another --nodes, starts on a clean state (no
+# jobs, job ids and accounting from 1).
 set -euo pipefail
 
 STATE=/var/lib/ablate-slurm   # pid files, logs, spool folders
@@ -187,6 +188,11 @@ status() { sinfo -h -o '%P %D node(s), %c CPUs and %m MB a node, %t' 2>&1; }
 up() {
     [ "$(id -u)" -eq 0 ] || die "needs root (installs Debian packages and starts daemons)"
     install_packages
+    if ! running "$STATE/slurmctld.pid"; then  # a cold start: no jobs of an earlier life linger
+        stop "$STATE/slurmdbd.pid"
+        rm -rf "${STATE:?}"/ctld/*
+        RESET_DB=1
+    fi
     write_configs
     start_munge
     start_mariadb
