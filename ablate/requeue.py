@@ -109,6 +109,8 @@ class Job:
         info = show_job(self.id)
         state, why = info.get("JobState", "?"), info.get("Reason", "")
         at = f"step {step}" if step is not None else "its checkpoint"
+        if not info:
+            return "preempted", f"stopped at {at}; no answer from scontrol: resubmit the sweep to resume"
         if int(info.get("Restarts") or 0) > self.restarts or state.startswith(("PENDING", "REQUEUE")):
             return "preempted", f"stopped at {at}; SLURM requeues job {self.id}"
         timed = self.warned is not None or why == "TimeLimit" or state == "TIMEOUT"

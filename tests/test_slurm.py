@@ -146,6 +146,7 @@ def job(monkeypatch):
         ({"JobState": "COMPLETING", "Restarts": "3"}, None, 10, "preempted", False),  # SLURM requeues it
         ({"JobState": "COMPLETING", "Reason": "None", "Restarts": "2"}, None, 10, "cancelled", False),
         ({"JobState": "RUNNING", "Restarts": "2"}, "SIGUSR2", 50, "timed_out", False),  # no progress
+        ({}, "SIGUSR2", 10, "preempted", False),  # scontrol gave no answer: never called cancelled
     ],
 )
 def test_a_stopped_job_is_requeued_left_or_cancelled(
