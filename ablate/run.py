@@ -72,6 +72,62 @@ def _mark_interrupted(cfg: RunConfig | None) -> None:
         pass
 
 
+def oversubscription(threads: int, cores: int, others: float) -> str | None:
+    """A note where a CPU run's threads and the threads already running elsewhere on the machine (`others`)
+    are more than its cores: each thread then waits for a core, and spins while it waits, so two jobs of 2
+    threads on 2 cores each run several times slower than one. None where they fit."""
+    busy = int(round(others))
+    if threads + busy <= cores:
+        return None
+    fits = max(1, cores - busy)
+    advice = (
+        f"trainer.threads={fits} fits the free cores"
+        if fits < threads
+        else "this run goes slower than on a free machine"
+    )
+    return (
+        f"[ablate] note: {threads} thread(s) on {cores} core(s) while about {busy} other thread(s) run on "
+        f"the machine: they slow each other down; {advice} (OMP_WAIT_POLICY=PASSIVE keeps waiting threads "
+        "from spinning)"
+    )
+
+
+def running_threads(stat: str | None = None, samples: int = 5) -> float:
+    """Threads running or ready to run now, other than this one: the median of a few readings of
+    procs_running in /proc/stat (0 where there is no /proc)."""
+    import statistics
+    import time
+
+    readings = []
+    for i in range(samples if stat is None else 1):
+        try:
+            text = stat if stat is not None else Path("/proc/stat").read_text()
+        except OSError:
+            return 0.0
+        line = next((ln for ln in text.splitlines() if ln.startswith("procs_running ")), None)
+        if line is None:
+            return 0.0
+        readings.append(int(line.split()[1]) - 1)  # less this thread, which is running to read it
+        if i < samples - 1 and stat is None:
+            time.sleep(0.02)
+    return max(0.0, statistics.median(readings))
+
+
+def _check_threads(cfg: RunConfig) -> None:
+    """Say so where this CPU run's threads and the machine's other running threads do not fit its cores
+    (under SLURM the job's CPUs are its own: not checked)."""
+    if cfg.trainer.accelerator not in ("cpu", "auto") or os.environ.get("SLURM_JOB_ID"):
+        return
+    import torch
+
+    if cfg.trainer.accelerator == "auto" and torch.cuda.is_available():
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = cfg.trainer.threads or torch.get_num_threads()
+    if note := oversubscription(threads * cfg.trainer.devices, cores, running_threads()):
+        print(note, flush=True)
+
+
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
@@ -89,9 +145,10 @@ def main(dcfg: DictConfig) -> dict | None:
     """One run; in a sweep, returns its outcome (ablate.sweep) for the sweep's closing line."""
     from hydra.core.hydra_config import HydraConfig
 
-    from ablate import results
+    from ablate import results, tracking
     from ablate.train import train
 
+    tracking.quiet_third_party()
     hc = HydraConfig.get()
     multirun = hc.mode.name == "MULTIRUN"
     launcher = hc.runtime.choices.get("hydra/launcher")
@@ -102,6 +159,7 @@ def main(dcfg: DictConfig) -> dict | None:
         cfg = member_config(dcfg, list(hc.overrides.task), launcher, hc.sweep.dir if multirun else None)
         if problem := plan.row_problem(cfg):
             raise ConfigError(problem)
+        _check_threads(cfg)
         rec = train(cfg)
     except KeyboardInterrupt:
         _mark_interrupted(cfg)

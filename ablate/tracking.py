@@ -60,6 +60,40 @@ def wandb_mode(cfg: LoggerConfig) -> tuple[str, str]:
     return "online", "credentials and network found"
 
 
+# Messages of the libraries that are about the libraries, not about this run: Lightning's advertisement for
+# its cloud logger, its hint to use `srun` (printed on any machine with SLURM installed, also where the job
+# is not meant for it) and its echo of a default the trainer passes; W&B's note on a setting Lightning
+# passes and this project never sets.
+THIRD_PARTY_NOISE = (
+    "💡 Tip:",
+    "The `srun` command is available on your system but is not used",
+    "The anonymous setting has no effect",
+    "was configured so 100% of the batches will be used",
+)
+
+
+class _Noise:
+    """A logging filter that drops THIRD_PARTY_NOISE."""
+
+    @staticmethod
+    def filter(record) -> bool:
+        message = record.getMessage()
+        return not any(n in message for n in THIRD_PARTY_NOISE)
+
+
+def quiet_third_party() -> None:
+    """Keep the libraries' own notices (THIRD_PARTY_NOISE) out of a run's output, so that what it prints is
+    about the run."""
+    import logging
+    import re
+    import warnings
+
+    for text in THIRD_PARTY_NOISE:
+        warnings.filterwarnings("ignore", message=f".*{re.escape(text)}")
+    for name in ("pytorch_lightning.utilities.rank_zero", "lightning_fabric.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_Noise())
+
+
 def make_logger(
     cfg: LoggerConfig, run_dir: Path, run_id: str, name: str, group: str | None, tags: list[str], config: dict
 ):
@@ -93,6 +127,8 @@ def make_logger(
         mode=mode,
         config=config,
     )
+    if getattr(logger, "_wandb_init", {}).get("anonymous", 0) is None:
+        del logger._wandb_init["anonymous"]  # Lightning passes None, which W&B answers with a warning
     define_metrics(logger.experiment)
     return logger
 
