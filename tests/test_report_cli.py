@@ -166,3 +166,44 @@ def test_a_full_disk_is_one_line_and_leaves_no_folder_behind(where, fixture_dir,
     assert err[-1] == f"error: {target}: could not write the report (No space left on device)"
     assert not (fixture_dir / "reports" / "plots").exists()
     assert (fixture_dir / "reports" / "table3.md").read_text() == OLD_REPORT
+
+
+def test_the_missing_command_leaves_out_refused_rows_and_the_recipe_s_own_values(
+    tmp_path, monkeypatch, capsys
+):
+    """Finished base and A1 runs of recipe=tiny scale=tiny, as training composes them: the command for the
+    rest names the preset and nothing it sets, and leaves out C1..C3, whose depth the tiny preset rounds to
+    base's (a run of them stops at once), saying why."""
+    from dataclasses import asdict
+
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config import register_configs, to_dataclass
+
+    register_configs()
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        composed = {
+            row: asdict(
+                to_dataclass(compose("config", overrides=[f"model={row}", "recipe=tiny", "scale=tiny"]))
+            )
+            for row in ("base", "A1")
+        }
+    for row, config in composed.items():
+        folder = tmp_path / "results" / row / f"{row}-0123456789ab-s1"
+        folder.mkdir(parents=True)
+        rec = {"run_id": folder.name, "row": row, "seed": 1, "status": "finished", "config": config,
+               "metrics": {"dev_ppl": 5.0}, "code_hash": TODAY, "started": "2026-01-01T00:00:00"}  # fmt: skip
+        (folder / "record.json").write_text(json.dumps(rec))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    rows = "base,A1,A2,C1,C2,C3,C4,D1"
+    assert main(["table3", "--results", "results", "--missing-command", "--rows", rows, "--seeds", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == ["python -m ablate.run -m model=A2,C4,D1 seed=1 recipe=tiny scale=tiny"]
+    skipped = [ln for ln in err.splitlines() if ln.startswith("skipped C")]
+    assert [ln.split(":")[0] for ln in skipped] == ["skipped C1", "skipped C2", "skipped C3"]
+    assert skipped[0] == (
+        "skipped C1: row C1 under recipe=tiny scale=tiny: model.n_layers=2 gives 1, the same as base's, so "
+        "the row would not differ from base in n_layers (choose another recipe or scale, or set the key on "
+        "the command line)"
+    )

@@ -350,7 +350,11 @@ def test_missing_command(fixture_dir, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     # Seeds seen: 1..5. Missing cells grouped by seed set; B1 s3 failed; C1 s1 running (left alone);
     # A1 s3 (config changed) and E s1 (old code) are stale: rerun with resume=false.
-    over = "scale=tiny data.vocab_size=8000 train.batch_tokens=2000 trainer.accelerator=cpu"
+    # the records name no recipe (the default, cpu, then composes): each value that differs from it is given
+    over = (
+        "scale=tiny data.vocab_size=8000 train.max_tokens=4096 train.batch_tokens=2000 "
+        "train.warmup_steps=4000 trainer.accelerator=cpu"
+    )
     assert out == [
         f"python -m ablate.run -m model=base,A1 seed=4,5 {over}",
         f"python -m ablate.run -m model=A3 seed=1,2,3,4,5 {over}",

@@ -3,6 +3,7 @@ that run exactly those, with the recipe, scale and settings the finished records
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, fields
 from typing import Any
 
@@ -52,12 +53,16 @@ def _hydra_value(v: Any) -> str:
 _SKIP = NOT_IDENTITY | {"data.name"}  # data.name: given as data=<name>
 
 
-def run_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
+def run_overrides(
+    run: Run | None, results_dir: str | None = None, preset: dict[str, Any] | None = None
+) -> list[str]:
     """The non-model overrides a record was run with: scale and data presets, then every train/decode/trainer/
-    data value that differs from the dataclass default (harmless where a preset sets the same value)."""
+    data value that differs from the dataclass default and, where `preset` gives the values the named
+    presets compose to (preset_values), from those: the command does not repeat its recipe."""
     out: list[str] = []
     if run is None:
         return out
+    preset = preset or {}
     if run.recipe is not None:  # always named: the defaults (recipe=cpu scale=cpu) are not the paper's
         out.append(f"recipe={run.recipe}")
     out.append(f"scale={run.scale_name}")
@@ -80,6 +85,8 @@ def run_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
             v = got[f.name]
             if isinstance(default, tuple):
                 default = list(default)
+            if key in preset:
+                default = list(preset[key]) if isinstance(preset[key], tuple) else preset[key]
             if v != default:
                 out.append(f"{key}={_hydra_value(v)}")
     if run.rec.get("task", "translation") != "translation":
@@ -99,7 +106,11 @@ def missing_commands(
     stale cells (stale ones are rerun with resume=false)."""
     cells = missing_cells(an, rows, seeds)
     tmpl = an.coll.template()
-    over = run_overrides(tmpl, results_dir)
+    over = run_overrides(tmpl, results_dir, preset_values(run_overrides(tmpl)))
+    refused = refused_rows(an, tmpl, sorted({row for row, _ in cells}))
+    for row, why in refused.items():
+        print(f"skipped {row}: {why}", file=sys.stderr)
+    cells = {cell: why for cell, why in cells.items() if cell[0] not in refused}
     out = []
     for rerun in (False, True):
         need: dict[str, list[int]] = {}
@@ -120,3 +131,48 @@ def missing_commands(
                 cmd.append("resume=false")
             out.append(" ".join(cmd))
     return out
+
+
+def preset_values(overrides: list[str]) -> dict[str, Any]:
+    """{dotted key: value} of the config that `python -m ablate.run <overrides>` composes with the presets
+    it names (recipe, scale, data), for the keys a command may repeat; {} where it does not compose."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ablate.config import flat_fields, register_configs, to_dataclass
+    from ablate.report.collect import DEFAULT_CONF_MODEL
+
+    presets = [o for o in overrides if o.split("=", 1)[0] in ("recipe", "scale", "data", "task")]
+    if GlobalHydra.instance().is_initialized():
+        return {}  # inside another Hydra application: the dataclass defaults serve
+    register_configs()
+    try:
+        with initialize_config_dir(str(DEFAULT_CONF_MODEL.parent), version_base="1.3"):
+            cfg = to_dataclass(compose("config", overrides=[*presets, "logger=none"]))
+    except Exception:  # noqa: BLE001 - a preset this checkout does not have: compare with the defaults
+        return {}
+    return flat_fields(cfg)
+
+
+def refused_rows(an: Analysis, tmpl: Run | None, rows: list[str]) -> dict[str, str]:
+    """{row: reason} for the rows that the template run's preset cannot hold in their meaning (a run of
+    them would stop at once: config.validate), judged only where base itself passes under that config."""
+    from ablate.config import ConfigError, ModelConfig, to_dataclass, validate
+
+    if tmpl is None:
+        return {}
+    config = {k: v for k, v in (tmpl.rec.get("config") or {}).items() if k not in ("model", "sweep_name")}
+
+    def problem(model: ModelConfig) -> str | None:
+        try:
+            validate(to_dataclass({**config, "model": asdict(model)}))
+        except (ConfigError, ValueError) as e:
+            return str(e).splitlines()[0]
+        except Exception:  # noqa: BLE001 - a record of another version: no judgement
+            return None
+        return None
+
+    if problem(ModelConfig()) is not None:
+        return {}
+    models = an.coll.rows.models
+    return {row: why for row in rows if row in models and (why := problem(models[row])) is not None}
