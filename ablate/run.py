@@ -128,6 +128,20 @@ def _check_threads(cfg: RunConfig) -> None:
         print(note, flush=True)
 
 
+def _os_error_line(e: OSError, cfg: RunConfig | None) -> str:
+    """An OSError in one line that names where: its file, else the run's folder (a full disk raises from a
+    write that knows no name: `[Errno 28] No space left on device`)."""
+    line = _first_line(e)
+    if e.filename is None and cfg is not None:
+        from ablate import results
+
+        try:
+            line += f" (writing the run {results.run_dir(cfg)})"
+        except Exception:  # noqa: BLE001 - the folder cannot be named: the error as it is
+            pass
+    return line
+
+
 def _first_line(e: BaseException) -> str:
     lines = str(e).strip().splitlines()
     return lines[0] if lines else type(e).__name__
@@ -170,10 +184,11 @@ def main(dcfg: DictConfig) -> dict | None:
             raise KeyboardInterrupt from None
         raise
     except (ConfigError, ValueError, OSError) as e:
-        print(f"error: {_first_line(e)}", file=sys.stderr)
+        line = _os_error_line(e, cfg) if isinstance(e, OSError) else _first_line(e)
+        print(f"error: {line}", file=sys.stderr)
         if multirun:  # the record says why; the other jobs of the sweep go on
             run_id = _record_rejection(cfg, e) or " ".join(hc.overrides.task)
-            return outcome(run_id, "failed", _first_line(e))
+            return outcome(run_id, "failed", line)
         sys.exit(2)
     except Exception as e:  # noqa: BLE001 - one failing sweep member must not stop the others
         print(f"error: run failed: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
@@ -239,6 +254,58 @@ def row_file_problem(argv: list[str]) -> str | None:
     return None
 
 
+_HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc")
+
+
+def compose_problem(argv: list[str]) -> str | None:
+    """A single run whose overrides do not compose (a key the config does not have, a value of the wrong
+    type, a preset or experiment file that does not exist): the one line Hydra's several would say. None
+    where it composes, and for commands this does not cover (other config dirs, Hydra's own flags)."""
+    if any(
+        a.split("=", 1)[0] in (*_HYDRA_FLAGS, "--config-dir", "-cd", "--config-path", "-cp") for a in argv
+    ):
+        return None
+    overrides = [a for a in argv if not a.startswith("-")]
+    conf = Path(__file__).resolve().parents[1] / "conf"
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if key == "experiment" and value and not (conf / "experiment" / f"{value}.yaml").is_file():
+            names = sorted(p.stem for p in (conf / "experiment").glob("*.yaml"))
+            return (
+                f"experiment={value}: no file conf/experiment/{value}.yaml (experiments: {', '.join(names)})"
+            )
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(str(conf), version_base="1.3"):
+            OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
+    except Exception as e:  # noqa: BLE001 - whatever keeps it from composing, Hydra would print it
+        return _composition_line(e)
+    finally:
+        GlobalHydra.instance().clear()
+    return None
+
+
+def _composition_line(e: BaseException) -> str:
+    """Hydra's message, the cause it names and the options it lists, in one line."""
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    if "Available options in" in text:
+        body = text.split("Available options in", 1)[1].split("Config search path:", 1)[0]
+        options = [ln.strip() for ln in body.splitlines()[1:] if ln.strip()]
+        return f"{first} (options: {', '.join(options)})"
+    prefix = "ValueError raised while resolving interpolation: "
+    first = first.removeprefix(prefix)
+    cause = e.__cause__ or e.__context__
+    said = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
+    said = said.removeprefix(prefix)
+    return f"{first.rstrip('.')}: {said}" if said and said not in first else first
+
+
 def entry(argv: list[str]) -> None:
     """The command line: checks Hydra would answer with a traceback, --plan, then Hydra's main."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
@@ -248,7 +315,9 @@ def entry(argv: list[str]) -> None:
             file=sys.stderr,
         )
         sys.exit(2)
-    if problem := results_dir_problem(argv) or (None if multirun else row_file_problem(argv)):
+    if problem := results_dir_problem(argv) or (
+        None if multirun else row_file_problem(argv) or compose_problem(argv)
+    ):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
     scratch = None

@@ -173,3 +173,41 @@ def test_a_single_command_that_cannot_run_says_why_in_one_line(tmp_path, args, m
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], p.stderr[-3000:]
     assert not (tmp_path / "results" / "copy").exists()
+
+
+COMPOSE = [
+    (["modle=A1"], "Could not override 'modle': Key 'modle' not in 'RunConfig'"),
+    (["seed=x"], "Error merging override seed=x: Value 'x' of type 'str' could not be converted to Integer"),
+    (
+        ["trainer=gpux"],
+        "In 'config': Could not find 'trainer/gpux' (options: cpu, cpu_bf16, default, gpu, gpu_bf16)",
+    ),
+    (
+        ["model=B"],
+        "model=B is a Table 3 group (B1 B2), not a row: run its rows with `-m model=B`, or name one row",
+    ),
+    (["experiment=nope"], "experiment=nope: no file conf/experiment/nope.yaml (experiments: multi30k_1h, "),
+    (["model=A1", "seed=2", "recipe=tiny"], None),
+]
+
+
+@pytest.mark.parametrize("overrides, line", COMPOSE)
+def test_overrides_that_do_not_compose_are_one_line(overrides, line):
+    """What Hydra answers in several lines (or, for a missing experiment, not at all: an optional config
+    group) is one line before the run starts; entry() prints it with exit status 2."""
+    from ablate.run import compose_problem
+
+    got = compose_problem(overrides)
+    assert got == line if line is None or not line.endswith(", ") else got.startswith(line), got
+
+
+def test_an_os_error_without_a_file_names_the_run_folder(tmp_path):
+    from ablate.config import RunConfig
+    from ablate.results import run_dir
+    from ablate.run import _os_error_line
+
+    cfg = RunConfig(results_dir=str(tmp_path))
+    full = OSError(28, "No space left on device")
+    assert _os_error_line(full, cfg) == f"[Errno 28] No space left on device (writing the run {run_dir(cfg)})"
+    named = OSError(13, "Permission denied", str(tmp_path / "x"))
+    assert _os_error_line(named, cfg) == f"[Errno 13] Permission denied: '{tmp_path / 'x'}'"
