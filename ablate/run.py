@@ -51,6 +51,24 @@ def _record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
         return None
 
 
+def _settle_running(cfg: RunConfig | None, reason: str) -> None:
+    """A run that stopped on an OSError (a full disk) may have failed to write its failure too, leaving its
+    record `running`: now that the process no longer trains it, it says failed with the reason (where the
+    disk lets it; the same command retries it either way)."""
+    from ablate import results
+
+    if cfg is None:
+        return
+    try:
+        folder = results.run_dir(cfg)
+        rec = results.read_record(folder / results.RECORD_NAME)
+        if rec["status"] == "running" and not results.is_running(folder):
+            rec.update(status="failed", reason=reason, finished=results.now())
+            results.atomic_write_json(folder / results.RECORD_NAME, rec)
+    except Exception:  # noqa: BLE001 - best effort: the error itself has been printed
+        pass
+
+
 INTERRUPTED = "interrupted by Ctrl-C; the same command resumes it from its last checkpoint"
 
 
@@ -186,6 +204,8 @@ def main(dcfg: DictConfig) -> dict | None:
     except (ConfigError, ValueError, OSError) as e:
         line = _os_error_line(e, cfg) if isinstance(e, OSError) else _first_line(e)
         print(f"error: {line}", file=sys.stderr)
+        if isinstance(e, OSError):
+            _settle_running(cfg, line)
         if multirun:  # the record says why; the other jobs of the sweep go on
             run_id = _record_rejection(cfg, e) or " ".join(hc.overrides.task)
             return outcome(run_id, "failed", line)

@@ -211,3 +211,24 @@ def test_an_os_error_without_a_file_names_the_run_folder(tmp_path):
     assert _os_error_line(full, cfg) == f"[Errno 28] No space left on device (writing the run {run_dir(cfg)})"
     named = OSError(13, "Permission denied", str(tmp_path / "x"))
     assert _os_error_line(named, cfg) == f"[Errno 13] Permission denied: '{tmp_path / 'x'}'"
+
+
+def test_a_record_left_running_by_a_failed_write_is_settled_as_failed(tmp_path):
+    """A full disk at the end of a run: training's own failure write failed too. Once the process no
+    longer holds the run, the record says failed with the reason; a record another process holds stays."""
+    from ablate import results
+    from ablate.config import RunConfig
+    from ablate.run import _settle_running
+
+    cfg = RunConfig(results_dir=str(tmp_path))
+    folder = results.run_dir(cfg)
+    folder.mkdir(parents=True)
+    path = folder / "record.json"
+    path.write_text(json.dumps({"run_id": folder.name, "status": "running"}))
+    with results.run_lock(folder) as held:  # another process still trains it
+        assert held
+        _settle_running(cfg, "[Errno 28] No space left on device")
+        assert json.loads(path.read_text())["status"] == "running"
+    _settle_running(cfg, "[Errno 28] No space left on device")
+    rec = json.loads(path.read_text())
+    assert (rec["status"], rec["reason"]) == ("failed", "[Errno 28] No space left on device")

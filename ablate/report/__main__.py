@@ -207,7 +207,8 @@ def _written(write, made: list[Path], target: list) -> int:
 
         for folder in made:
             shutil.rmtree(folder, ignore_errors=True)
-        where = e.filename or target[0]
+        temporary = e.filename and Path(str(e.filename)).name.endswith(".tmp")  # atomic_write_text's
+        where = target[0] if temporary or not e.filename else e.filename
         print(f"error: {where}: could not write the report ({e.strerror or e})", file=sys.stderr)
         return 1
     return 0
