@@ -34,13 +34,24 @@ def active() -> bool:
 
 
 def row_problem(cfg: RunConfig) -> str | None:
-    """A row file that changes nothing from base would train a copy of base under another name."""
-    if cfg.model.name != "base" and not varied(cfg.model):
+    """A row file that changes nothing from base would train a copy of base under another name. A name
+    an experiment gives its model (`model: {name: parsing}`, the architecture in its recipe) is a label,
+    not a row file: left alone."""
+    if cfg.model.name != "base" and not varied(cfg.model) and _row_file(cfg) == cfg.model.name:
         return (
             f"model={cfg.model.name}: its row file varies nothing from base (a row states the keys it "
             "changes; base itself is model=base)"
         )
     return None
+
+
+def _row_file(cfg: RunConfig) -> str:
+    """The row file the composed config took its `model` from (Hydra's choice of the group)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return cfg.model.name
+    return str(HydraConfig.get().runtime.choices.get("model", cfg.model.name))
 
 
 def model_text(cfg: RunConfig) -> str:

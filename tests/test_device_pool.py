@@ -89,7 +89,7 @@ def _sweep_records(tmp, *extra):
     cmd = [
         sys.executable, "-m", "ablate.run", "-m", "model=base,A1", "scale=tiny", "recipe=tiny",
         "logger=none", "trainer.accelerator=cpu", "trainer.threads=1", "hydra/launcher=gpus",
-        "hydra.launcher.n_jobs=2", "trainer.device_pool=[5]", *extra,
+        "hydra.launcher.n_jobs=2", "trainer.device_pool=[5]", "train.max_steps=300", *extra,
         f"results_dir={tmp}/results", f"data.cache_dir={tmp}/cache",
     ]  # fmt: skip
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
