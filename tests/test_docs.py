@@ -64,3 +64,16 @@ def test_the_readme_quotes_the_multi30k_table_as_its_report_states_it():
     assert (
         re.search(rf"\*\*{count} of the \d+ measured rows", readme) or f"**{count} of the 15 rows" in readme
     )
+
+
+def test_reliability_gives_the_limits_the_code_uses():
+    """docs/reliability.md states each limit as the code has it: read from the code, not copied."""
+    from ablate.config import MIN_VOCAB, DataConfig
+    from ablate.data.sources import MAX_CHARS
+
+    text = " ".join((ROOT / "docs" / "reliability.md").read_text().split())
+    assert f"more than {MAX_CHARS:,} characters" in text and f"(at most {MAX_CHARS:,})" in text
+    assert f"over {MAX_CHARS:,} characters" in text
+    assert f"a length ratio over `data.max_len_ratio`, {DataConfig().max_len_ratio:g} by default" in text
+    assert f"(at least {MIN_VOCAB})" in text
+    assert "100,000" not in text
