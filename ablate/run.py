@@ -185,10 +185,10 @@ def main(dcfg: DictConfig) -> dict | None:
     multirun = hc.mode.name == "MULTIRUN"
     launcher = hc.runtime.choices.get("hydra/launcher")
     if plan.active():
-        return _plan(dcfg, list(hc.overrides.task), launcher, hc.sweep.dir if multirun else None, multirun)
+        return _plan(dcfg, list(hc.overrides.task), launcher, multirun)
     cfg = None
     try:
-        cfg = member_config(dcfg, list(hc.overrides.task), launcher, hc.sweep.dir if multirun else None)
+        cfg = member_config(dcfg, list(hc.overrides.task), launcher)
         if problem := plan.row_problem(cfg):
             raise ConfigError(problem)
         _check_threads(cfg)
@@ -222,12 +222,12 @@ def main(dcfg: DictConfig) -> dict | None:
     return outcome(rec["run_id"], rec["status"], rec.get("reason"), dev_bleu=m.get("dev_bleu"))
 
 
-def _plan(dcfg: DictConfig, overrides: list[str], launcher, sweep_dir, multirun: bool) -> dict:
+def _plan(dcfg: DictConfig, overrides: list[str], launcher, multirun: bool) -> dict:
     """--plan: the job's line instead of its training (ablate.plan); nothing is written."""
     from ablate import results
 
     try:
-        cfg = member_config(dcfg, overrides, launcher, sweep_dir)
+        cfg = member_config(dcfg, overrides, launcher)
     except (ConfigError, ValueError) as e:
         print(f"[plan] {' '.join(overrides)}  refused: {_first_line(e)}")
         word, run_id = plan.REFUSED, " ".join(overrides)

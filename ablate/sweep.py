@@ -28,18 +28,40 @@ def explicit_model_keys(overrides: list[str]) -> list[str]:
     return sorted(set(keys))
 
 
-def member_config(
-    dcfg: DictConfig, task_overrides: list[str], launcher: str | None, sweep_dir: str | None
-) -> RunConfig:
+def member_config(dcfg: DictConfig, task_overrides: list[str], launcher: str | None) -> RunConfig:
     """The run a composed job config names: the keys the command line set, the device pool of
-    hydra/launcher=gpus, and the sweep's name (its folder) for a multirun."""
+    hydra/launcher=gpus, and its experiment's group (`experiment_group`, unless logger or sweep_name set
+    one)."""
     cfg = to_dataclass(dcfg)
     cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))
     if launcher == "gpus" and cfg.trainer.device_pool is None:
         cfg.trainer.device_pool = []  # every GPU of the machine (devices.pool)
-    if sweep_dir is not None and cfg.sweep_name is None:
-        cfg.sweep_name = sweep_dir.rstrip("/").split("/")[-1]
+    if cfg.sweep_name is None:
+        cfg.sweep_name = experiment_group(cfg, task_overrides)
     return cfg
+
+
+# Keys that vary inside one experiment (its rows and seeds) or name it already (experiment, recipe, scale).
+_WITHIN = {"model", "seed", "experiment", "recipe", "scale"}
+
+
+def experiment_group(cfg: RunConfig, task_overrides: list[str]) -> str:
+    """The W&B group and the records' `sweep`: what the runs of one experiment share. Its experiment (or,
+    without one, its preset), then the command line's keys that change what a run computes, other than the
+    row and the seed: re-running a sweep, adding a row or a seed, or running one row alone keeps the group;
+    no timestamp, path or launcher setting enters it."""
+    from ablate.results import DATA_PATHS, NOT_IDENTITY
+
+    preset = cfg.recipe if cfg.recipe == cfg.scale.name else f"{cfg.recipe}+{cfg.scale.name}"
+    head = cfg.experiment or preset
+    keys = []
+    for o in task_overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        top = key.split(".")[0]
+        if key in _WITHIN or key.startswith("hydra") or {key, top} & NOT_IDENTITY or key in DATA_PATHS:
+            continue
+        keys.append(f"{key}={value}")
+    return " ".join([str(head), *sorted(keys)])[:128]
 
 
 def launcher_setting(key: str, default: Any) -> Any:

@@ -119,18 +119,46 @@ def make_logger(
         entity=cfg.entity,
         group=cfg.group or group,
         job_type="train",
-        name=name,
+        name=f"{name}/s{config['seed']}" if "seed" in config else name,
         id=run_id,
         resume="allow",
         save_dir=str(run_dir),
         tags=tags,
         mode=mode,
-        config=config,
+        config={**config, **what_ran(run_dir, config)},
     )
     if getattr(logger, "_wandb_init", {}).get("anonymous", 0) is None:
         del logger._wandb_init["anonymous"]  # Lightning passes None, which W&B answers with a warning
     define_metrics(logger.experiment)
     return logger
+
+
+def what_ran(run_dir: Path, config: dict) -> dict:
+    """`ran.*`: the model that trained (after recipe and scale, from the run's record), and `paper.*`: the
+    row as the paper's Table 3 states it, side by side in the run's W&B config, so that grouping, filters
+    and parallel coordinates show what trained, not the paper-size row the config names."""
+    import json
+
+    from ablate.report.paper import table3
+
+    try:
+        rec = json.loads((run_dir / "record.json").read_text())
+        m = rec["model_effective"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    eps_ls = (config.get("model") or {}).get("label_smoothing")
+    ran = {"N": m["n_layers"], "d_model": m["d_model"], "d_ff": m["d_ff"], "h": m["n_heads"], "d_k": m["d_k"]}
+    ran.update(d_v=m["d_v"], P_drop=m["dropout"], eps_ls=eps_ls, positions=m["positional"])
+    ran.update(params=rec.get("params"), params_paper_scale=rec.get("params_paper_scale"))
+    out = {"ran": ran}
+    p = table3().get(str(rec.get("row")))
+    if p is not None:
+        out["paper"] = {
+            "N": p.n_layers, "d_model": p.d_model, "d_ff": p.d_ff, "h": p.n_heads, "d_k": p.d_k, "d_v": p.d_v,
+            "P_drop": p.dropout, "eps_ls": p.label_smoothing, "positions": p.positional,
+            "params_m": p.params_m, "dev_ppl": p.ppl, "dev_bleu": p.bleu,
+        }  # fmt: skip
+    return out
 
 
 # Summaries keep the best value of a curve, not its last (W&B's define_metric); the report run's keys too.

@@ -82,3 +82,45 @@ def test_offline_run_holds_config_and_metrics(tmp_path):
     assert (s["config"]["table3_row"], s["config"]["table3_group"]) == ("base", "base")
     assert s["config"]["paper_dev_ppl"] == 4.92 and s["config"]["paper_dev_bleu"] == 25.8
     assert {"min", "last"} <= s["metrics"]["dev/ppl"] and {"max", "last"} <= s["metrics"]["dev/bleu"]
+
+
+@pytest.mark.slow
+def test_a_sweep_run_again_with_one_more_row_is_one_group_and_shows_what_trained(tmp_path):
+    """`-m model=base,A1`, then `-m model=base,A1,A2`: one W&B group for all three runs (the experiment's,
+    not the sweep folder's), each named row/seed, each config holding the model that trained beside the
+    paper's row."""
+    from ablate.report.paper import table3
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path)  # no credentials anywhere
+
+    def sweep(rows: str) -> None:
+        cmd = [
+            sys.executable, "-m", "ablate.run", "-m", f"model={rows}", "scale=tiny", "recipe=tiny",
+            "trainer.threads=1", "logger=wandb", f"results_dir={tmp_path}/r", f"data.cache_dir={tmp_path}/c",
+        ]  # fmt: skip
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert p.returncode == 0, p.stderr[-2000:]
+
+    sweep("base,A1")
+    sweep("base,A1,A2")
+    runs = {}
+    for rec_path in (tmp_path / "r").glob("*/*/record.json"):
+        rec = json.loads(rec_path.read_text())
+        (offline,) = rec_path.parent.glob("wandb/offline-run-*/*.wandb")
+        runs[rec["row"]] = (rec, summary(offline))
+    assert sorted(runs) == ["A1", "A2", "base"]
+    groups = {s["run"]["group"] for _, s in runs.values()}
+    assert groups == {"tiny"} == {rec["sweep"] for rec, _ in runs.values()}
+    for row, (rec, s) in runs.items():
+        assert s["run"]["name"] == f"{row}/s1"
+        ran, m = s["config"]["ran"], rec["model_effective"]
+        assert (ran["N"], ran["d_model"], ran["h"], ran["d_k"]) == (
+            m["n_layers"],
+            m["d_model"],
+            m["n_heads"],
+            m["d_k"],
+        )
+        assert ran["params"] == rec["params"] and ran["params"] < 100_000  # the tiny model, not the paper's
+        paper = table3()[row]
+        assert (s["config"]["paper"]["d_model"], s["config"]["paper"]["h"]) == (paper.d_model, paper.n_heads)

@@ -60,7 +60,12 @@ def summary(path: str | Path) -> dict:
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
         if kind == "run":
-            out["run"] = {"group": rec.run.run_group, "job_type": rec.run.job_type, "id": rec.run.run_id}
+            out["run"] = {
+                "group": rec.run.run_group,
+                "job_type": rec.run.job_type,
+                "id": rec.run.run_id,
+                "name": rec.run.display_name,
+            }
         if kind == "metric":  # define_metric: {name: summary goals}
             m = rec.metric
             out["metrics"][m.name or m.glob_name] = {

@@ -108,7 +108,7 @@ class AblateSlurmLauncher(Launcher):
                 dcfg = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
                 with open_dict(dcfg):
                     del dcfg["hydra"]  # as run_job gives the task its config
-                cfg = member_config(dcfg, list(overrides), "slurm", str(self.config.hydra.sweep.dir))
+                cfg = member_config(dcfg, list(overrides), "slurm")
                 trainer = OmegaConf.to_container(dcfg.trainer, resolve=True)
             except Exception as e:  # noqa: BLE001 - a bad config fails alone
                 reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
