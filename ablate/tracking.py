@@ -10,7 +10,8 @@ from pathlib import Path
 from ablate.config import LoggerConfig
 
 
-def _has_wandb_key() -> bool:
+def has_credentials() -> bool:
+    """W&B credentials: WANDB_API_KEY, or the key `wandb login` writes to ~/.netrc."""
     if os.environ.get("WANDB_API_KEY"):
         return True
     try:
@@ -49,7 +50,7 @@ def wandb_mode(cfg: LoggerConfig) -> tuple[str, str]:
         return cfg.mode, f"logger.mode={cfg.mode}"
     if env:
         return env, f"WANDB_MODE={env}"
-    if not _has_wandb_key():
+    if not has_credentials():
         return "offline", "no W&B credentials (WANDB_API_KEY or ~/.netrc)"
     url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
     netloc = url.split("://")[-1].split("/")[0]
@@ -105,8 +106,6 @@ def make_logger(
         from pytorch_lightning.loggers import CSVLogger
 
         return CSVLogger(save_dir=str(run_dir), name="csv", version="")
-    from pytorch_lightning.loggers import WandbLogger
-
     mode, why = wandb_mode(cfg)
     os.environ.setdefault("WANDB_SILENT", "true")
     os.environ["WANDB_MODE"] = mode  # also stops any later prompt inside wandb
@@ -114,9 +113,9 @@ def make_logger(
         f"[ablate] W&B {mode}: {why}"
         + (f". Upload later with: wandb sync {run_dir}/wandb/offline-run-*" if mode == "offline" else "")
     )
-    logger = WandbLogger(
-        project=cfg.project,
-        entity=cfg.entity,
+    logger = _wandb_logger_class()(
+        project=project_of(cfg.project),
+        entity=cfg.entity or os.environ.get("WANDB_ENTITY") or None,
         group=cfg.group or group,
         job_type="train",
         name=f"{name}/s{config['seed']}" if "seed" in config else name,
@@ -131,6 +130,32 @@ def make_logger(
         del logger._wandb_init["anonymous"]  # Lightning passes None, which W&B answers with a warning
     define_metrics(logger.experiment)
     return logger
+
+
+def project_of(project: str) -> str:
+    """The W&B project: logger.project where it is set to other than its default, else WANDB_PROJECT, else
+    the default; the dashboard resolves it the same way."""
+    from ablate.config import LoggerConfig
+
+    default = LoggerConfig().project
+    return project if project != default else os.environ.get("WANDB_PROJECT") or default
+
+
+def _wandb_logger_class():
+    """Lightning's WandbLogger with W&B's own step set to the trainer's: a run resumed from a checkpoint
+    goes on from its step instead of counting from 0 again, so that its offline parts (one per process,
+    one run id) sync as one run whose steps only go forward."""
+    from pytorch_lightning.loggers import WandbLogger
+    from pytorch_lightning.utilities import rank_zero_only
+
+    class StepWandbLogger(WandbLogger):
+        @rank_zero_only
+        def log_metrics(self, metrics, step=None) -> None:
+            if step is None:
+                return super().log_metrics(metrics, step)
+            self.experiment.log({**metrics, "trainer/global_step": step}, step=step)
+
+    return StepWandbLogger
 
 
 def what_ran(run_dir: Path, config: dict) -> dict:
@@ -175,7 +200,7 @@ def finish(logger, files: list[Path] = ()) -> None:
     """One W&B run per job: close it so the next job of a sweep starts its own. `files` (the result record,
     curves, per-sentence statistics) are copied into the run's files so that the report can rebuild the
     table from W&B alone, online or from an offline folder."""
-    if logger and logger.__class__.__name__ == "WandbLogger":
+    if logger and logger.__class__.__name__.endswith("WandbLogger"):
         import shutil
 
         import wandb

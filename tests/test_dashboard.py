@@ -251,3 +251,30 @@ def test_report_of_a_real_offline_sweep(tmp_path):
     sync = next(line for line in p.stdout.splitlines() if line.strip().startswith("wandb sync"))
     assert len(sync.split()) == 2 + len(runs) == 5
     assert "python -m ablate.report dashboard" in p.stdout and f"--sweep {sweep}" in p.stdout
+
+
+def test_publishing_waits_for_the_synced_runs(monkeypatch, capsys):
+    """The order is: sync the runs, then save the report (the library creates no project): online, a
+    project that cannot be read or holds no runs of the group stops in one line with the sync command."""
+    import wandb
+
+    from ablate.report import dashboard
+
+    class Api:
+        default_entity = "me"
+
+        def __init__(self, runs):
+            self._runs = runs
+
+        def runs(self, path, filters=None):
+            if self._runs is None:
+                raise ValueError(f"Could not find project {path}")
+            assert filters == {"group": "tiny"}
+            return self._runs
+
+    recs = [{"run_id": "base-x-s1", "sweep": "tiny", "config": {"logger": {}}}]
+    for runs, says in ((None, "cannot be read (Could not find project me/ablate)"), ([], "holds no runs")):
+        monkeypatch.setattr(wandb, "Api", lambda r=runs: Api(r))
+        assert dashboard._online(recs, "", "ablate", "tiny", "# t", "/nonexistent/spec.json") == 1
+        err = capsys.readouterr().err
+        assert says in err and "sync the runs first" in err and "wandb sync" in err

@@ -93,6 +93,7 @@ def test_a_sweep_run_again_with_one_more_row_is_one_group_and_shows_what_trained
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)  # no credentials anywhere
+    env.update(WANDB_PROJECT="table3-test", WANDB_ENTITY="a-team")  # W&B's own variables are honoured
 
     def sweep(rows: str) -> None:
         cmd = [
@@ -114,6 +115,7 @@ def test_a_sweep_run_again_with_one_more_row_is_one_group_and_shows_what_trained
     assert groups == {"tiny"} == {rec["sweep"] for rec, _ in runs.values()}
     for row, (rec, s) in runs.items():
         assert s["run"]["name"] == f"{row}/s1"
+        assert (s["run"]["project"], s["run"]["entity"]) == ("table3-test", "a-team")
         ran, m = s["config"]["ran"], rec["model_effective"]
         assert (ran["N"], ran["d_model"], ran["h"], ran["d_k"]) == (
             m["n_layers"],
@@ -124,3 +126,81 @@ def test_a_sweep_run_again_with_one_more_row_is_one_group_and_shows_what_trained
         assert ran["params"] == rec["params"] and ran["params"] < 100_000  # the tiny model, not the paper's
         paper = table3()[row]
         assert (s["config"]["paper"]["d_model"], s["config"]["paper"]["h"]) == (paper.d_model, paper.n_heads)
+
+
+@pytest.mark.slow
+def test_a_resumed_run_syncs_as_one_run_whose_steps_go_forward(tmp_path):
+    """A run stopped by SIGTERM and resumed: two offline parts (one per process) with one run id, the
+    second's W&B steps after the first's, and every dev evaluation of curves.jsonl in the history once."""
+    import signal
+    import time
+
+    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb_offline import records
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path)
+    cmd = [
+        sys.executable, "-m", "ablate.run", "scale=tiny", "recipe=tiny", "trainer.threads=1", "logger=wandb",
+        "train.max_steps=400", "trainer.progress_bar=false", f"results_dir={tmp_path}/r",
+        f"data.cache_dir={tmp_path}/c",
+    ]  # fmt: skip
+    first = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        curves = list((tmp_path / "r").rglob("curves.jsonl"))
+        if curves and sum(1 for _ in curves[0].open()) > 12:
+            break
+        time.sleep(0.2)
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(60) == 143
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    folder = next((tmp_path / "r").rglob("record.json")).parent
+    parts = sorted(folder.glob("wandb/offline-run-*/*.wandb"))
+    assert len(parts) == 2
+    steps, dev = [], []
+    for part in parts:
+        assert summary(part)["run"]["id"] == json.loads((folder / "record.json").read_text())["run_id"]
+        mine = []
+        for raw in records(part):
+            rec = pb.Record()
+            rec.ParseFromString(raw)
+            if rec.WhichOneof("record_type") == "history":
+                row = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+                mine.append(row["_step"])
+                if "dev/ppl" in row:
+                    dev.append(row["trainer/global_step"])
+        steps.append(mine)
+    assert steps[0] == sorted(steps[0]) and steps[1] == sorted(steps[1]) and max(steps[0]) < min(steps[1])
+    curve_dev = [
+        json.loads(x)["step"] for x in (folder / "curves.jsonl").read_text().splitlines() if "dev_ppl" in x
+    ]
+    assert len(dev) == len(set(dev)) == len(curve_dev)  # each dev evaluation once: none lost, none twice
+
+
+def test_the_report_run_decides_like_training_and_keeps_the_report_as_an_artifact(tmp_path, monkeypatch):
+    """`python -m ablate.report --wandb`: credentials in ~/.netrc count as a key does (the mode comes from
+    tracking.wandb_mode), and the Markdown and plots go into an artifact of the report run."""
+    from ablate import tracking
+    from ablate.report import __main__ as report_main
+    from ablate.report.render import Table
+
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k" + "0" * 39 + "\n")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    assert tracking.has_credentials()
+    asked = []
+    monkeypatch.setattr(tracking, "wandb_mode", lambda cfg: asked.append(cfg.project) or ("offline", "test"))
+    md = tmp_path / "table3.md"
+    md.write_text("# Table 3\n")
+    table = Table(columns=["row", "dev PPL"], rows=[["base", "4.92"]])
+    report_main.log_wandb(table, {}, None, None, "tiny trainer=cpu", directory=str(tmp_path), files=[md])
+    assert asked == ["ablate"]
+    (part,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
+    s = summary(part)
+    assert s["run"]["job_type"] == "report" and s["run"]["group"] == "tiny trainer=cpu"
+    assert [(a["name"], a["type"], a["files"]) for a in s["artifacts"] if a["type"] == "report"] == [
+        ("table3-report-tiny-trainer-cpu", "report", ["table3.md"])
+    ]

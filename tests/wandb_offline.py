@@ -50,11 +50,12 @@ def records(path: str | Path):
 
 
 def summary(path: str | Path) -> dict:
-    """{'config', 'history' (a list of {key: value}), 'summary', 'run' (group, job_type, id), 'metrics' (the
-    define_metric summary goals by name)} of an offline run."""
+    """{'config', 'history' (a list of {key: value}), 'summary', 'run' (group, job_type, id, name, project,
+    entity), 'metrics' (the define_metric summary goals by name), 'artifacts' (name, type, files)} of an
+    offline run."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    out: dict = {"config": {}, "history": [], "summary": {}, "run": {}, "metrics": {}}
+    out: dict = {"config": {}, "history": [], "summary": {}, "run": {}, "metrics": {}, "artifacts": []}
     for raw in records(path):
         rec = pb.Record()
         rec.ParseFromString(raw)
@@ -65,7 +66,13 @@ def summary(path: str | Path) -> dict:
                 "job_type": rec.run.job_type,
                 "id": rec.run.run_id,
                 "name": rec.run.display_name,
+                "project": rec.run.project,
+                "entity": rec.run.entity,
             }
+        if kind == "artifact":
+            a = rec.artifact
+            paths = [e.path for e in a.manifest.contents]
+            out["artifacts"].append({"name": a.name, "type": a.type, "files": paths})
         if kind == "metric":  # define_metric: {name: summary goals}
             m = rec.metric
             out["metrics"][m.name or m.glob_name] = {

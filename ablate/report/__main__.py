@@ -105,9 +105,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--wandb", action="store_true", help="log the table and plots to W&B (offline without a key)"
     )
-    p.add_argument("--wandb-project", default="ablate")
-    p.add_argument("--wandb-entity", default=None)
-    p.add_argument("--wandb-group", default=None)
+    p.add_argument("--wandb-project", default=None, help="default: WANDB_PROJECT, else ablate")
+    p.add_argument("--wandb-entity", default=None, help="default: WANDB_ENTITY, else your default entity")
+    p.add_argument("--wandb-group", default=None, help="default: the group of the table's runs")
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     return p
 
@@ -214,10 +214,16 @@ def _written(write, made: list[Path], target: list) -> int:
     return 0
 
 
+def has_credentials() -> bool:
+    from ablate.tracking import has_credentials as found
+
+    return found()
+
+
 def _results_dir(args) -> Path:
     if args.source == "files":
         return Path(args.results or "results")
-    if args.results or not os.environ.get("WANDB_API_KEY"):
+    if args.results or not has_credentials():
         folder = Path(args.results or "wandb")  # offline runs: wandb/offline-run-*/files/record.json
         return folder
     return _download_wandb(args)
@@ -225,7 +231,8 @@ def _results_dir(args) -> Path:
 
 def _download_wandb(args) -> Path:
     """Online W&B: fetch record.json (and the files it names) of every run in the project/group into a
-    temporary folder. Needs WANDB_API_KEY and network; not covered by the tests."""
+    temporary folder. Needs W&B credentials (WANDB_API_KEY or ~/.netrc) and network; not covered by the
+    tests."""
     import wandb
 
     api = wandb.Api()
@@ -311,7 +318,9 @@ def _table3(args, coll, rows: list[str] | None) -> int:
             file=sys.stderr,
         )
     if args.wandb:
-        log_wandb(t3.main_table(an), plots, args.wandb_project, args.wandb_entity, args.wandb_group)
+        group = args.wandb_group or _one_group(an)
+        files = [out] if out is not None else []
+        log_wandb(t3.main_table(an), plots, args.wandb_project, args.wandb_entity, group, files=files)
     return 0
 
 
@@ -353,11 +362,18 @@ def log_wandb(
     entity: str | None,
     group: str | None,
     directory: str | None = None,
+    files: list[Path] = (),
 ) -> None:
-    """Log the table (wandb.Table) and plots; offline unless WANDB_API_KEY is set; never prompts."""
+    """Log the table (wandb.Table) and plots, and the report's files (its Markdown, the plots) as an
+    artifact of the report run; online only where training would be (tracking.wandb_mode: credentials in
+    WANDB_API_KEY or ~/.netrc, and network); never prompts."""
+    from ablate.config import LoggerConfig
+    from ablate.tracking import project_of, wandb_mode
+
+    project = project_of(project or LoggerConfig().project)
+    entity = entity or os.environ.get("WANDB_ENTITY") or None
     os.environ["WANDB_SILENT"] = "true"
-    if os.environ.get("WANDB_MODE") not in ("disabled", "offline"):
-        os.environ["WANDB_MODE"] = "online" if os.environ.get("WANDB_API_KEY") else "offline"
+    os.environ["WANDB_MODE"] = wandb_mode(LoggerConfig(project=project, entity=entity))[0]
     import wandb
 
     run = wandb.init(
@@ -372,7 +388,26 @@ def log_wandb(
     data = {"table3": wandb.Table(columns=table.columns, data=table.cells())}
     data.update({title: wandb.Image(str(p), caption=title) for title, p in plots.items()})
     run.log(data)
+    artifact = wandb.Artifact(f"table3-report-{_slug(group or project)}", type="report")
+    for f in [*files, *plots.values()]:
+        if Path(f).is_file():
+            artifact.add_file(str(f), name=Path(f).name)
+    if artifact.manifest.entries:
+        run.log_artifact(artifact)
     run.finish()
+
+
+def _slug(text: str) -> str:
+    """An artifact name: letters, digits, '-', '_' and '.' only."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:100] or "table3"
+
+
+def _one_group(an) -> str | None:
+    """The W&B group of the table's runs, where they share one (ablate.sweep.experiment_group)."""
+    groups = {r.rec.get("sweep") for by_seed in an.coll.runs.values() for r in by_seed.values()}
+    return groups.pop() if len(groups) == 1 else None
 
 
 if __name__ == "__main__":

@@ -199,9 +199,19 @@ def write_spec(report: wr.Report, path: str | Path) -> Path:
 
 
 def publish(report: wr.Report) -> str:
-    """Save the report to W&B (the library creates the project when it lacks one) and return its URL."""
+    """Save the report to W&B and return its URL. The project must exist and hold the runs first: the
+    library creates no project (`_online` checks it before saving)."""
     report.save()
     return report.url
+
+
+def _not_synced(api, entity: str, project: str, group: str) -> str | None:
+    """Why the report cannot be saved yet (the order: sync the runs, then publish), or None."""
+    try:
+        n = len(api.runs(f"{entity}/{project}", filters={"group": group}))
+    except Exception as e:  # noqa: BLE001 - wandb raises ValueError/CommError for a missing project
+        return f"W&B project {entity}/{project} cannot be read ({str(e).strip()[:120] or type(e).__name__})"
+    return None if n else f"W&B project {entity}/{project} holds no runs of group {group!r}"
 
 
 def report_run_folders() -> list[Path]:
@@ -256,12 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         known = sorted({r["sweep"] for r in records if r.get("sweep")})
         print(f"error: no runs of sweep {sweep!r} under {args.results} (sweeps: {known})", file=sys.stderr)
         return 2
-    logger = chosen[0].get("config", {}).get("logger", {})
-    project = args.project or logger.get("project") or "ablate"
-    entity = args.entity or logger.get("entity") or ""
-    markdown = _table_markdown(Path(args.results), sweep)
     from ablate.config import LoggerConfig
-    from ablate.tracking import wandb_mode
+    from ablate.tracking import project_of, wandb_mode
+
+    logger = chosen[0].get("config", {}).get("logger", {})
+    project = args.project or project_of(logger.get("project") or LoggerConfig().project)
+    entity = args.entity or logger.get("entity") or os.environ.get("WANDB_ENTITY") or ""
+    markdown = _table_markdown(Path(args.results), sweep)
 
     mode, why = wandb_mode(LoggerConfig(project=project, entity=entity or None))
     if mode == "online":
@@ -284,7 +295,12 @@ def main(argv: list[str] | None = None) -> int:
 def _online(records: list[dict], entity: str, project: str, sweep: str, markdown: str, out: str) -> int:
     import wandb
 
-    entity = entity or wandb.Api().default_entity
+    api = wandb.Api()
+    entity = entity or api.default_entity
+    if problem := _not_synced(api, entity, project, wandb_group(records, sweep)):
+        print(f"error: {problem}; sync the runs first, then run this again:", file=sys.stderr)
+        print("  " + shlex.join(["wandb", "sync", *map(str, offline_folders(records))]), file=sys.stderr)
+        return 1
     report = build_report(records, entity, project, sweep, markdown)
     write_spec(report, out)
     try:
