@@ -206,6 +206,9 @@ def finish(logger, files: list[Path] = ()) -> None:
         import wandb
 
         if wandb.run is not None:
+            paper = (wandb.run.config.get("paper") or {}).get("dev_ppl")
+            if paper is not None:  # beside final/dev_ppl in the dashboard's bars
+                wandb.run.summary["paper/dev_ppl"] = paper
             for f in files:
                 if Path(f).is_file():
                     shutil.copy(f, Path(wandb.run.dir) / Path(f).name)

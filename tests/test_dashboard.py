@@ -39,7 +39,10 @@ def _record(row, group, seed=1, sweep="sw1", logger_group=None, path="", **extra
 
 
 def _filters(runset: dict) -> dict:
-    return {(f["key"]["section"], f["key"]["name"]): f["value"] for f in runset["filters"]["filters"]}
+    return {
+        (f["key"]["section"], f["key"]["name"]): tuple(v) if isinstance(v := f["value"], list) else v
+        for f in runset["filters"]["filters"]
+    }
 
 
 def _grids(spec: dict) -> list[dict]:
@@ -47,29 +50,47 @@ def _grids(spec: dict) -> list[dict]:
 
 
 def _group_grids(spec: dict) -> dict[str, dict]:
-    """{Table 3 group: its grid's run set filters}, in report order; a group named twice fails."""
+    """{Table 3 group: its grid's run set filters}, in report order; a group named twice fails. Each grid
+    holds its group and base."""
     out: dict[str, dict] = {}
     for grid in _grids(spec):
         for rs in grid["metadata"]["runSets"]:
             f = _filters(rs)
             if ("config", "table3_group") in f:
-                assert f["config", "table3_group"] not in out
-                out[f["config", "table3_group"]] = f
+                group = f["config", "table3_group"][0]
+                assert group not in out and f["config", "table3_group"] in ((group, "base"), ("base",))
+                out[group] = f
     return out
 
 
 def _used(spec: dict) -> dict[str, set]:
-    """The history keys, config keys and tables the panels read."""
-    used: dict[str, set] = {"history": set(), "config": set(), "tables": set()}
+    """The history, summary and config keys, tables and media the panels read ("ran.params" for the config
+    key the library writes as config:ran.value.params)."""
+    used: dict[str, set] = {k: set() for k in ("history", "summary", "config", "tables", "media")}
+
+    def accessor(a: str) -> None:
+        section, _, name = a.partition(":")
+        if section == "config":
+            used["config"].add(name.replace(".value", ""))
+        else:
+            used[section].add(name)
+
     for grid in _grids(spec):
         for p in grid["metadata"]["panelBankSectionConfig"]["panels"]:
             c = p["config"]
             if p["viewType"] == "Weave":
                 used["tables"].add(c["panel2Config"]["exp"]["fromOp"]["inputs"]["key"]["val"])
                 continue
-            used["history"].update(c.get("metrics", []))
-            if c.get("xAxis"):
+            used["media"].update(c.get("mediaKeys", []))
+            if p["viewType"] == "Bar Chart":  # a bar is a run's summary value
+                used["summary"].update(c.get("metrics", []))
+            else:
+                used["history"].update(c.get("metrics", []))
+            if c.get("xAxis") and ":" not in c["xAxis"]:
                 used["history"].add(c["xAxis"])
+            for a in [c.get("xAxis"), c.get("yAxis"), *(col["accessor"] for col in c.get("columns", []))]:
+                if a and ":" in a:
+                    accessor(a)
             if c.get("groupBy"):
                 used["config"].add(c["groupBy"].removesuffix(".value"))
         for rs in grid["metadata"]["runSets"]:
@@ -83,14 +104,21 @@ def _check_structure(spec: dict, wandb_group: str, groups: list[str]) -> None:
         assert f == {
             ("run", "group"): wandb_group,
             ("run", "jobType"): "train",
-            ("config", "table3_group"): g,
+            ("config", "table3_group"): (g, "base") if g != "base" else ("base",),  # base in every group
         }
     others = [_filters(rs) for grid in _grids(spec) for rs in grid["metadata"]["runSets"]]
     assert {("run", "group"): wandb_group, ("run", "jobType"): "train"} in others  # the bar chart's
     assert {("run", "group"): wandb_group, ("run", "jobType"): "report"} in others  # the table's
     used = _used(spec)
-    assert {"dev/ppl", "dev/bleu", "trainer/global_step", "final/dev_bleu"} <= used["history"]
+    assert used["history"] == {"dev/ppl", "trainer/global_step"}  # BLEU has no curve: it is decoded once
+    assert used["summary"] == {"final/dev_ppl", "paper/dev_ppl", "final/dev_bleu"}
+    assert {"ran.params", "ran.N", "ran.d_model", "ran.h", "ran.P_drop", "ran.eps_ls"} <= used["config"]
     assert used["tables"] == {"table3"}
+    assert "PPL difference to base per row" in used["media"]
+    types = [b["type"] for b in spec["spec"]["blocks"]]
+    assert "table-of-contents" in types[:3]  # the library pads the report with empty paragraphs
+    panels = {p["viewType"] for g in _grids(spec) for p in g["metadata"]["panelBankSectionConfig"]["panels"]}
+    assert {"Scatter Plot", "Parallel Coordinates Plot", "Run Comparer", "Media Browser"} <= panels
 
 
 def test_synthetic_sweep_structure_and_round_trip():
@@ -106,7 +134,12 @@ def test_synthetic_sweep_structure_and_round_trip():
     report = db.build_report(records, "ent", "ablate", "sw1", "| row | paper | ours |\n|---|---|---|\n")
     spec = db.report_spec(report)
     _check_structure(spec, "grp", ["base", "A", "C", "F"])  # paper groups in order, then others
-    assert _used(spec)["config"] == {"table3_group", "table3_row"}
+    assert _used(spec)["config"] - {
+        f"ran.{k}" for k in ("params", "N", "d_model", "d_ff", "h", "d_k", "P_drop", "eps_ls")
+    } == {
+        "table3_group",
+        "table3_row",
+    }
     assert all(
         rs["project"] == {"entityName": "ent", "name": "ablate"}
         for grid in _grids(spec)
@@ -212,12 +245,20 @@ def test_report_of_a_real_offline_sweep(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)  # no credentials anywhere
     results = tmp_path / "results"
-    sweep_args = ["model=base,A1", "scale=tiny", "recipe=tiny", "logger=wandb", "trainer.threads=1"]
-    _run(
-        ["ablate.run", "-m", *sweep_args, f"results_dir={results}", f"data.cache_dir={tmp_path}/cache"],
-        ROOT,
-        env,
-    )
+    sweep_args = ["scale=tiny", "recipe=tiny", "logger=wandb", "trainer.threads=1"]
+    for rows in ("model=base,A1", "model=base,A1,A2"):  # the same sweep again, with one more row
+        _run(
+            [
+                "ablate.run",
+                "-m",
+                rows,
+                *sweep_args,
+                f"results_dir={results}",
+                f"data.cache_dir={tmp_path}/cache",
+            ],
+            ROOT,
+            env,
+        )
     records, _ = find_records(results)
     sweep = db.newest_sweep(records)
     md = tmp_path / "reports" / "table3.md"
@@ -236,20 +277,29 @@ def test_report_of_a_real_offline_sweep(tmp_path):
         for k, v in s["summary"].items()
         if k.endswith("/_type") and v == "table-file"
     }
-    assert len(train) == 2 and {s["run"]["group"] for s in runs} == {sweep}
+    assert len(train) == 3 and {s["run"]["group"] for s in runs} == {sweep}  # one group, all three rows
     logged = {k for s in train for h in s["history"] for k in h}
-    config = {k for s in train for k in s["config"]}
+    summaries = {k for s in train for k in s["summary"]}
+    config = {
+        f"{k}.{sub}" if isinstance(v, dict) else k
+        for s in train
+        for k, v in s["config"].items()
+        for sub in (v if isinstance(v, dict) else [None])
+    }
+    media = {k.removesuffix("/_type") for s in runs for k, v in s["summary"].items() if v == "image-file"}
 
     report = db.build_report(records, "", "ablate", sweep, md.read_text())
     for spec in (db.report_spec(report), json.loads(out.read_text())):  # built here, and by the command
         _check_structure(spec, sweep, ["base", "A"])
         used = _used(spec)
         assert used["history"] <= logged, used["history"] - logged
-        assert used["config"] <= config and used["tables"] <= tables
+        assert used["summary"] <= summaries, used["summary"] - summaries
+        assert used["config"] <= config, used["config"] - config
+        assert used["tables"] <= tables and used["media"] <= media, used["media"] - media
     assert {s["config"]["table3_group"] for s in train} == {"base", "A"}
     # the publish commands name every offline run: the two training runs and the report run
     sync = next(line for line in p.stdout.splitlines() if line.strip().startswith("wandb sync"))
-    assert len(sync.split()) == 2 + len(runs) == 5
+    assert len(sync.split()) == 2 + len(runs) == 6
     assert "python -m ablate.report dashboard" in p.stdout and f"--sweep {sweep}" in p.stdout
 
 

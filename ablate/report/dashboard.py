@@ -1,6 +1,9 @@
-"""A W&B Report for one sweep, built with W&B's own reports API (wandb_workspaces.reports.v2): the Markdown
-Table 3 (paper beside ours), a bar chart of final dev BLEU per row, the table the report run logs, and one
-panel grid per Table 3 group with its dev PPL and dev BLEU curves.
+"""A W&B Report for one experiment (its W&B group), built with W&B's own reports API
+(wandb_workspaces.reports.v2): a table of contents; the Markdown Table 3 (paper beside ours, the paper's
+claims checked); final dev PPL per row beside the paper's, and the report run's table with the Δ to base;
+parameters against dev PPL; parallel coordinates from the settings that trained to dev PPL; final dev
+BLEU; the report's plots; and one panel grid per Table 3 group holding base too, with its dev PPL curves
+and a run comparer against base. BLEU is plotted where it exists: once per run, at the end of training.
 
 Online it is saved to W&B; offline its spec (the library's own model, as JSON) is written to a file, with the
 commands that publish it once the offline runs are synced.
@@ -21,11 +24,16 @@ import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces import expr
 from wandb_workspaces.reports.v2 import internal
 
+from ablate.report.plots import plot_titles
 from ablate.rows import group_order
 
 STEP = "trainer/global_step"
-CURVES = (("dev/ppl", "dev PPL"), ("dev/bleu", "dev BLEU"))
+CURVES = (("dev/ppl", "dev PPL"),)  # dev BLEU is decoded once, at the end: FINAL_BLEU, not a curve
 FINAL_BLEU = "final/dev_bleu"  # logged once per run when training ends (worker._log_final)
+FINAL_PPL = "final/dev_ppl"
+PAPER_PPL = "paper/dev_ppl"  # the row's dev PPL in the paper, in each run's summary (tracking.finish)
+PARAMS = "ran.params"  # the model that trained (tracking.what_ran)
+SETTINGS = ("ran.N", "ran.d_model", "ran.d_ff", "ran.h", "ran.d_k", "ran.P_drop", "ran.eps_ls")
 TABLE = "table3"  # the key `python -m ablate.report --wandb` logs the table under (log_wandb)
 ROW_KEY = "table3_row"  # flat config keys every training run carries (worker._logger)
 GROUP_KEY = "table3_group"
@@ -71,18 +79,18 @@ def _runset(entity: str, project: str, name: str, *filters) -> wr.Runset:
     return wr.Runset(entity=entity, project=project, name=name, filters=expr.And(*filters))
 
 
-def _train_filters(group: str, table3_group: str | None = None) -> list:
+def _train_filters(group: str, table3_groups: list[str] | None = None) -> list:
     filters = [expr.Metric("Group") == group, expr.Metric("JobType") == "train"]
-    if table3_group is not None:
-        filters.append(expr.Config(GROUP_KEY) == table3_group)
+    if table3_groups is not None:
+        filters.append(expr.Config(GROUP_KEY).isin(table3_groups))
     return filters
 
 
-def _final_bleu(title: str, layout: wr.Layout) -> wr.BarPlot:
+def _bars(title: str, metrics: list[str], layout: wr.Layout) -> wr.BarPlot:
     # Seeds of one row become one bar (their mean, with the min-max range).
     return wr.BarPlot(
         title=title,
-        metrics=[FINAL_BLEU],
+        metrics=metrics,
         groupby=wr.Config(ROW_KEY),
         groupby_aggfunc="mean",
         groupby_rangefunc="minmax",
@@ -103,9 +111,39 @@ def _curve(key: str, title: str, x: int) -> wr.LinePlot:
 
 
 def _group_grid(entity: str, project: str, group: str, table3_group: str) -> wr.PanelGrid:
+    """A Table 3 group's rows with base, the reference their differences are read against."""
+    rows = [table3_group] if table3_group == "base" else [table3_group, "base"]
+    runset = _runset(entity, project, f"group {table3_group} and base", *_train_filters(group, rows))
+    panels = [_curve(key, title, 12 * i) for i, (key, title) in enumerate(CURVES)]
+    panels.append(wr.RunComparer(diff_only=True, layout=wr.Layout(x=12, y=0, w=12, h=8)))
+    return wr.PanelGrid(runsets=[runset], panels=panels)
+
+
+def _ablation_grid(entity: str, project: str, group: str) -> wr.PanelGrid:
+    """Every training run of the experiment: dev PPL per row beside the paper's, parameters against dev
+    PPL (Table 3's parameter column), the settings that trained against dev PPL, final dev BLEU."""
+    columns = [wr.ParallelCoordinatesPlotColumn(metric=wr.Config(k), display_name=k[4:]) for k in SETTINGS]
+    columns.append(
+        wr.ParallelCoordinatesPlotColumn(metric=wr.SummaryMetric(FINAL_PPL), display_name="dev PPL")
+    )
     return wr.PanelGrid(
-        runsets=[_runset(entity, project, f"group {table3_group}", *_train_filters(group, table3_group))],
-        panels=[_curve(key, title, 12 * i) for i, (key, title) in enumerate(CURVES)],
+        runsets=[_runset(entity, project, "training runs", *_train_filters(group))],
+        panels=[
+            _bars(
+                "final dev PPL per row, the paper's beside it", [FINAL_PPL, PAPER_PPL], wr.Layout(0, 0, 12, 8)
+            ),
+            wr.ScatterPlot(
+                title="parameters vs final dev PPL",
+                x=wr.Config(PARAMS),
+                y=wr.SummaryMetric(FINAL_PPL),
+                log_x=True,
+                layout=wr.Layout(12, 0, 12, 8),
+            ),
+            wr.ParallelCoordinatesPlot(
+                title="what trained -> final dev PPL", columns=columns, layout=wr.Layout(0, 8, 24, 8)
+            ),
+            _bars("final dev BLEU per row", [FINAL_BLEU], wr.Layout(0, 16, 24, 8)),
+        ],
     )
 
 
@@ -115,34 +153,35 @@ def build_report(
     """The sweep's report. `entity` is passed on as given ("" when unknown offline): left out, the library
     would ask the server for the default entity."""
     records = sweep_records(records, sweep)
-    group = wandb_group(records, sweep)
+    group, groups = wandb_group(records, sweep), table3_groups(records)
+    report_run = _runset(
+        entity, project, "report run", expr.Metric("Group") == group, expr.Metric("JobType") == "report"
+    )
     blocks: list = [
         wr.H1(text=f"Table 3: {sweep}"),
+        wr.TableOfContents(),
         wr.MarkdownBlock(
-            text=f"Runs of W&B group `{group}` in project `{project}`: Table 3 beside the paper, the final "
-            "dev BLEU of every row, the table of the report run, and each group's dev curves."
+            text=f"Runs of W&B group `{group}` in project `{project}`: Table 3 beside the paper with the "
+            "paper's claims checked, each row's final dev PPL beside the paper's and its Δ to base, what "
+            "trained against dev PPL, the report's plots, and each Table 3 group's curves beside base."
         ),
+        wr.H2(text="Table 3 and the paper's claims"),
         wr.MarkdownBlock(text=table_markdown),
-        wr.H2(text="Final dev BLEU per row"),
+        wr.H2(text="Rows against base and the paper"),
         wr.PanelGrid(
-            runsets=[_runset(entity, project, "training runs", *_train_filters(group))],
-            panels=[_final_bleu("final dev BLEU per row", wr.Layout(x=0, y=0, w=24, h=8))],
-        ),
-        wr.H2(text="Table 3 of the report run"),
-        wr.PanelGrid(
-            runsets=[
-                _runset(
-                    entity,
-                    project,
-                    "report run",
-                    expr.Metric("Group") == group,
-                    expr.Metric("JobType") == "report",
-                )
-            ],
+            runsets=[report_run],
             panels=[wr.WeavePanelSummaryTable(table_name=TABLE, layout=wr.Layout(x=0, y=0, w=24, h=12))],
         ),
+        _ablation_grid(entity, project, group),
+        wr.H2(text="The report's plots"),
+        wr.PanelGrid(
+            runsets=[report_run],
+            panels=[
+                wr.MediaBrowser(title="plots", media_keys=plot_titles(groups), layout=wr.Layout(0, 0, 24, 12))
+            ],
+        ),
     ]
-    for g in table3_groups(records):
+    for g in groups:
         blocks += [wr.H2(text=f"Group {g}"), _group_grid(entity, project, group, g)]
     return wr.Report(
         project=project,

@@ -90,6 +90,17 @@ def _color(rows: list[RowResult], rr: RowResult) -> str:
     return f"C{others.index(rr.row) % 10}"
 
 
+# The plots' titles: the keys `python -m ablate.report --wandb` logs them under (the dashboard shows them).
+FOREST_TITLE = "{} difference to base per row"
+CURVES_TITLE = "dev PPL vs steps, group {}"
+
+
+def plot_titles(groups: list[str]) -> list[str]:
+    """The titles make_plots gives, for a table of these Table 3 groups."""
+    forest = [FOREST_TITLE.format(m) for m in ("BLEU", "PPL")]
+    return forest + [CURVES_TITLE.format(g) for g in groups if g != "base"]
+
+
 def ppl_curves(an: Analysis, out_dir: Path) -> dict[str, Path]:
     plt = _plt()
     out: dict[str, Path] = {}
@@ -106,7 +117,7 @@ def ppl_curves(an: Analysis, out_dir: Path) -> dict[str, Path]:
         path = out_dir / f"ppl_curves_{g}.png"
         fig.savefig(path, dpi=100)
         plt.close(fig)
-        out[f"dev PPL vs steps, group {g}"] = path
+        out[CURVES_TITLE.format(g)] = path
     return out
 
 
@@ -156,7 +167,7 @@ def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]
     path = out_dir / f"forest_{metric}.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return {f"{metric.upper()} difference to base per row": path}
+    return {FOREST_TITLE.format(metric.upper()): path}
 
 
 def make_plots(an: Analysis, out_dir: str | Path) -> dict[str, Path]:
