@@ -24,6 +24,7 @@ from ablate.report.analysis import (
     row_fit,
     side_of_base,
 )
+from ablate.report.claims import claims_data, claims_markdown
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, clean_nan, fduration, fnum, fp, fsi, fsteps, render
 
@@ -548,7 +549,7 @@ def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir:
     lines = _head(an)
     lines += ["## Summary", "", SUMMARY_NOTE, "", _md(summary_table(an))]
     lines += ["## Table", "", TABLE_NOTE, ""] + ([TEST_NOTE, ""] if _has_test(an) else [])
-    lines += [_md(main_table(an))] + _statistics(an) + _reading(an) + _problems(an)
+    lines += [_md(main_table(an))] + claims_markdown(an) + _statistics(an) + _reading(an) + _problems(an)
     if plots:
         links = [f"![{title}]({_rel(p, out_dir) if out_dir else p.as_posix()})" for title, p in plots.items()]
         lines += ["## Plots", ""] + links + [""]
@@ -617,6 +618,7 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             "summary": direction_summary(an),
             "agreement": agreement(an),
             "disagreement_evidence": disagreement_evidence(an),
+            "claims": claims_data(an),
             "warnings": coll.warnings,
             "excluded": coll.excluded,
         }
