@@ -14,6 +14,12 @@ SIGUSR1). Here, for the job as a whole:
   again, which resumes from the checkpoint, until the run is finished.
 - an allocation that ended without a training step is not requeued (a time limit too short to train):
   the record says `timed_out` with the reason, and resubmitting the sweep resumes the run.
+
+A job of several tasks (DDP) cannot take the timed stop safely: each rank would stop at the step boundary
+where its own timer lands, and ranks that stop at different steps wait for each other for ever. There,
+global rank 0 alone requeues the job at the stop time, and SLURM ends the tasks and starts the job again:
+the run resumes from its newest periodic checkpoint (train.checkpoint_every), losing the steps since it,
+and an allocation that wrote no checkpoint is not requeued.
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ class Job:
         self.started = results.now()
         self.warned: str | None = None
         self.installed = False
+        self.ranks = int(os.environ.get("SLURM_NTASKS") or 1)
+        self.run_dir: Path | None = None
+        self.start_step: int | None = None  # the newest checkpoint's step when this allocation began
+        self.requeued: str | None = None  # a multi-task job's requeue at the time limit (its reason)
 
     def install(self) -> None:
         if self.id is None or self.installed:
@@ -73,15 +83,51 @@ class Job:
         signal.signal(signal.SIGUSR1, lambda *_: None)  # until training's own handler (Preemption) is set
         signal.signal(signal.SIGALRM, _request_stop)
 
+    def watch(self, run_dir: Path) -> None:
+        """The run this job trains, and how far its checkpoints reached when the allocation began."""
+        self.run_dir, self.start_step = run_dir, newest_checkpoint_step(run_dir / "checkpoints")
+
     def _warning(self, signum: int, _frame) -> None:
         """Time the stop: S seconds before the job's end (now, if that has passed or is unknown); then ask
-        for it each second until training takes it (before training starts, nothing listens yet)."""
+        for it each second until training takes it (before training starts, nothing listens yet). With
+        several tasks, rank 0 requeues the job at that time instead (see the module's docstring)."""
         self.warned = signal.Signals(signum).name
+        if self.ranks > 1 and global_rank() != 0:
+            return
         delay = float(os.environ.get(DELAY_ENV) or 0)
         end = _epoch(show_job(self.id).get("EndTime", ""))
         wait = max(0.01, end - delay - time.time()) if end else 0.01
+        if self.ranks > 1:
+            signal.signal(signal.SIGALRM, lambda *_: self._requeue_from_checkpoint())
+            signal.setitimer(signal.ITIMER_REAL, wait)
+            print(f"[ablate] SLURM {self.warned}: requeueing the job in {wait:.0f} s", flush=True)
+            return
         signal.setitimer(signal.ITIMER_REAL, wait, 1.0)
         print(f"[ablate] SLURM {self.warned}: stopping at a checkpoint in {wait:.0f} s", flush=True)
+
+    def _requeue_from_checkpoint(self) -> None:
+        """Rank 0 of a multi-task job, at the stop time: requeue, where this allocation wrote a checkpoint."""
+        if self.run_dir is None:
+            return
+        step = newest_checkpoint_step(self.run_dir / "checkpoints")
+        reason = self.requeued = self._requeue_reason(step)
+        _append(self.run_dir / ALLOCATIONS, self._line(step, "timed_out", reason))
+        with contextlib.suppress(results.RecordError):
+            rec = results.read_record(self.run_dir / results.RECORD_NAME)
+            rec.update(status="timed_out", reason=reason, slurm_job=self.id)
+            results.atomic_write_json(self.run_dir / results.RECORD_NAME, rec)
+        print(f"[ablate] timed_out: {reason}", flush=True)
+
+    def _requeue_reason(self, step: int | None) -> str:
+        if step is None or (self.start_step is not None and step <= self.start_step):
+            return (
+                "no checkpoint written in this allocation: not requeued; lengthen hydra.launcher.timeout_min "
+                "or lower train.checkpoint_every, and resubmit the sweep to resume"
+            )
+        done = subprocess.run(["scontrol", "requeue", self.id], capture_output=True, text=True, timeout=60)
+        if done.returncode:
+            return f"time limit: requeue failed ({done.stderr.strip()[:200]}): resubmit the sweep to resume"
+        return f"time limit: job {self.id} requeued; resumes from the checkpoint of step {step}"
 
     def after_stop(self, run_dir: Path) -> None:
         """Rank 0, training stopped at a checkpoint on a signal: requeue, leave to SLURM, or cancelled."""
@@ -92,8 +138,11 @@ class Job:
         with contextlib.suppress(results.RecordError):
             rec = results.read_record(rec_path)
             step = _step(rec.get("reason", ""))
-            status, reason = self._decide(step, _last_step(run_dir / ALLOCATIONS))
-            _append(run_dir / ALLOCATIONS, self._line(step, status, reason))
+            if self.requeued:  # rank 0 requeued the job already; its tasks stopped together at a checkpoint
+                status, reason = "timed_out", f"{self.requeued}; stopped at step {step} with a checkpoint"
+            else:
+                status, reason = self._decide(step, _last_step(run_dir / ALLOCATIONS))
+                _append(run_dir / ALLOCATIONS, self._line(step, status, reason))
             rec.update(status=status, reason=reason, slurm_job=self.id)
             results.atomic_write_json(rec_path, rec)
             print(f"[ablate] {rec['run_id']}: {status}: {reason}", flush=True)
@@ -156,6 +205,16 @@ def _request_stop(_signum: int, frame) -> None:
     handler = signal.getsignal(signal.SIGUSR1)
     if callable(handler):
         handler(signal.SIGUSR1, frame)
+
+
+def newest_checkpoint_step(ckpt_dir: Path) -> int | None:
+    """The step of the newest step checkpoint (step0001200.ckpt), or None."""
+    steps = [
+        int(m.group(1))
+        for p in ckpt_dir.glob("step*.ckpt")
+        if (m := re.fullmatch(r"step(\d+)\.ckpt", p.name))
+    ]
+    return max(steps) if steps else None
 
 
 def _epoch(stamp: str) -> float | None:

@@ -369,6 +369,28 @@ def test_a_one_minute_time_limit_finishes_by_itself(cluster, tmp_path, uninterru
 
 
 @pytest.mark.slow
+def test_a_two_task_job_under_a_time_limit_finishes_by_itself(cluster, tmp_path):
+    """DDP (two tasks) under a 1-minute limit: rank 0 requeues the job at the stop time, the tasks stop at
+    one step with a checkpoint, the next allocation resumes there, until finished. Up to the resume the
+    curves are the uninterrupted run's; after it they may differ within seed noise, as every rank takes
+    rank 0's random state from the checkpoint (docs/reliability.md)."""
+    common = [*TINY, "trainer.devices=2", "train.max_tokens=512", "train.max_steps=2500"]
+    common.append("trainer.progress_bar=false")
+    p = _run(tmp_path / "limit", *common, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=20")
+    assert p.returncode == 0, p.stderr[-3000:]
+    q = _run(tmp_path / "plain", *common, launcher="basic")
+    assert q.returncode == 0, q.stderr[-3000:]
+    run, plain = _only(tmp_path / "limit"), _only(tmp_path / "plain")
+    assert run["status"] == "finished" and run["steps"] == plain["steps"] == 2500
+    lines = [json.loads(x) for x in (Path(run["_dir"]) / requeue.ALLOCATIONS).read_text().splitlines()]
+    assert len(lines) >= 2 and lines[-1]["status"] == "finished", lines
+    assert all("requeued; resumes from the checkpoint of step" in x["reason"] for x in lines[:-1]), lines
+    first_stop = lines[0]["step"]
+    upto = [r for r in _curves(run) if r["step"] <= first_stop]
+    assert upto == [r for r in _curves(plain) if r["step"] <= first_stop] and len(upto) > 10
+
+
+@pytest.mark.slow
 def test_scancel_leaves_the_run_cancelled_and_the_sweep_fails(cluster, tmp_path):
     proc = _start(tmp_path, *LONG)
     jid = _wait_for_step(tmp_path, 200)
