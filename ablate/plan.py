@@ -11,7 +11,6 @@ sweep ends with one line of counts; the exit status is 2 when any job is refused
 from __future__ import annotations
 
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -102,11 +101,11 @@ def state(cfg: RunConfig) -> tuple[str, str]:
 def _checkpoint_step(folder: Path) -> int | None:
     """The step a run would resume from, by the names of its checkpoints (last.ckpt: the newest of them,
     or step 0 where it is the only one)."""
-    steps = [
-        int(m.group(1)) for p in folder.glob("step*.ckpt") if (m := re.fullmatch(r"step(\d+)\.ckpt", p.name))
-    ]
-    if steps:
-        return max(steps)
+    from ablate import results
+
+    step = results.checkpoint_step(folder)
+    if step is not None:
+        return step
     return 0 if (folder / "last.ckpt").is_file() else None
 
 
@@ -136,13 +135,13 @@ def _first_line(e: BaseException | str) -> str:
     return lines[0] if lines else type(e).__name__
 
 
-def planned_argv(argv: list[str]) -> list[str]:
-    """The command line of a plan: --plan taken out, the launcher replaced by Hydra's basic one (no job is
-    submitted or started), Hydra's own files written to a folder that is removed afterwards."""
+def planned_argv(argv: list[str]) -> tuple[list[str], str]:
+    """(the command line of a plan, the folder to remove afterwards): --plan taken out, the launcher
+    replaced by Hydra's basic one (no job is submitted or started), Hydra's own files written to that
+    folder."""
     import tempfile
 
     scratch = tempfile.mkdtemp(prefix="ablate-plan-")
-    os.environ["ABLATE_PLAN_SCRATCH"] = scratch
     kept = [
         a
         for a in argv
@@ -158,7 +157,7 @@ def planned_argv(argv: list[str]) -> list[str]:
         "hydra/job_logging=disabled",
     ]
     at = _after_overrides(kept)
-    return [*kept[:at], *ours, *kept[at:]]
+    return [*kept[:at], *ours, *kept[at:]], scratch
 
 
 # Hydra's options that take a value: the value is not an override

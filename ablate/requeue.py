@@ -85,7 +85,7 @@ class Job:
 
     def watch(self, run_dir: Path) -> None:
         """The run this job trains, and how far its checkpoints reached when the allocation began."""
-        self.run_dir, self.start_step = run_dir, newest_checkpoint_step(run_dir / "checkpoints")
+        self.run_dir, self.start_step = run_dir, results.checkpoint_step(run_dir / "checkpoints")
 
     def _warning(self, signum: int, _frame) -> None:
         """Time the stop: S seconds before the job's end (now, if that has passed or is unknown); then ask
@@ -109,7 +109,7 @@ class Job:
         """Rank 0 of a multi-task job, at the stop time: requeue, where this allocation wrote a checkpoint."""
         if self.run_dir is None:
             return
-        step = newest_checkpoint_step(self.run_dir / "checkpoints")
+        step = results.checkpoint_step(self.run_dir / "checkpoints")
         reason = self.requeued = self._requeue_reason(step)
         _append(self.run_dir / ALLOCATIONS, self._line(step, "timed_out", reason))
         with contextlib.suppress(results.RecordError):
@@ -205,16 +205,6 @@ def _request_stop(_signum: int, frame) -> None:
     handler = signal.getsignal(signal.SIGUSR1)
     if callable(handler):
         handler(signal.SIGUSR1, frame)
-
-
-def newest_checkpoint_step(ckpt_dir: Path) -> int | None:
-    """The step of the newest step checkpoint (step0001200.ckpt), or None."""
-    steps = [
-        int(m.group(1))
-        for p in ckpt_dir.glob("step*.ckpt")
-        if (m := re.fullmatch(r"step(\d+)\.ckpt", p.name))
-    ]
-    return max(steps) if steps else None
 
 
 def _epoch(stamp: str) -> float | None:

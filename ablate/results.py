@@ -12,6 +12,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -263,6 +264,16 @@ def _is_number(value: Any, integer: bool) -> bool:
 
 def _json_type(value: Any) -> str:
     return {list: "list", str: "string", bool: "boolean"}.get(type(value), "number")
+
+
+def checkpoint_step(ckpt_dir: Path) -> int | None:
+    """The step of a run's newest step checkpoint (`step0001200.ckpt`, ModelCheckpoint's names), or None."""
+    steps = [
+        int(m.group(1))
+        for p in ckpt_dir.glob("step*.ckpt")
+        if (m := re.fullmatch(r"step(\d+)\.ckpt", p.name))
+    ]
+    return max(steps) if steps else None
 
 
 def read_record(path: str | os.PathLike) -> dict[str, Any]:

@@ -343,8 +343,7 @@ def entry(argv: list[str]) -> None:
     scratch = None
     if plan.FLAG in argv:
         os.environ[plan.ENV] = "1"
-        argv = plan.planned_argv(argv)
-        scratch = os.environ.get("ABLATE_PLAN_SCRATCH")
+        argv, scratch = plan.planned_argv(argv)
     sys.argv = [sys.argv[0], *argv]
     try:
         main()

@@ -200,7 +200,9 @@ def finish(logger, files: list[Path] = ()) -> None:
     """One W&B run per job: close it so the next job of a sweep starts its own. `files` (the result record,
     curves, per-sentence statistics) are copied into the run's files so that the report can rebuild the
     table from W&B alone, online or from an offline folder."""
-    if logger and logger.__class__.__name__.endswith("WandbLogger"):
+    from pytorch_lightning.loggers import WandbLogger
+
+    if isinstance(logger, WandbLogger):
         import shutil
 
         import wandb

@@ -214,15 +214,11 @@ def _written(write, made: list[Path], target: list) -> int:
     return 0
 
 
-def has_credentials() -> bool:
-    from ablate.tracking import has_credentials as found
-
-    return found()
-
-
 def _results_dir(args) -> Path:
     if args.source == "files":
         return Path(args.results or "results")
+    from ablate.tracking import has_credentials
+
     if args.results or not has_credentials():
         folder = Path(args.results or "wandb")  # offline runs: wandb/offline-run-*/files/record.json
         return folder
