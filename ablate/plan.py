@@ -84,7 +84,7 @@ def state(cfg: RunConfig) -> tuple[str, str]:
         except results.RecordError as e:
             return REFUSED, str(e)
         if rec["status"] == "finished":
-            stale = rec.get("code_hash") not in (None, results.code_hash())
+            stale = results.stale_code(rec, results.code_file_hashes(), results.code_hash())
             return FINISHED, " (code changed since: resume=false trains it again)" if stale else ""
         if rec["status"] == "running" and results.is_running(folder):
             return BUSY, ""

@@ -156,6 +156,7 @@ def new_record(cfg, status: str = "running", **fields: Any) -> dict[str, Any]:
         "files": {},
         "started": now(),
         "machine": machine(),
+        "code_files": code_file_hashes(),
         **fields,
     }
 
@@ -223,7 +224,9 @@ TEXT_FIELDS = (
     "run_id", "row", "group", "task", "sweep", "reason", "code_hash", "started", "finished", "device",
     "precision", "data_hash", "git",
 )  # fmt: skip
-MAPPING_FIELDS = ("config", "metrics", "files", "machine", "model_effective", "batch", "data", "versions")
+MAPPING_FIELDS = (
+    "config", "metrics", "files", "machine", "model_effective", "batch", "data", "versions", "code_files",
+)  # fmt: skip
 INTEGER_FIELDS = ("schema_version", "seed", "steps", "params", "params_paper_scale", "target_tokens")
 
 
@@ -349,13 +352,43 @@ def code_files() -> list[str]:
 
 
 def code_hash() -> str:
-    """Hash of the result-deciding source files: a record whose code_hash differs from today's is stale."""
+    """Hash of all the result-deciding source files: the code a record was made with, in one word."""
     h = hashlib.sha256()
     root = Path(__file__).parent
     for name in code_files():
         h.update(name.encode())
         h.update((root / name).read_bytes())
     return h.hexdigest()[:12]
+
+
+# Result code that only one task runs (a translation run never imports the parser: tests/test_imports.py
+# checks it in a real run), so that editing the parser leaves translation records current.
+TASK_ONLY_CODE = {"parsing": ("parsing/",)}
+
+
+def code_file_hashes() -> dict[str, str]:
+    """Each result-deciding file's own hash, stored in every record (`code_files`): staleness is decided
+    file by file, over the files the record's task runs."""
+    root = Path(__file__).parent
+    return {name: hashlib.sha256((root / name).read_bytes()).hexdigest()[:12] for name in code_files()}
+
+
+def task_runs(task: str, name: str) -> bool:
+    """Whether a run of `task` runs result file `name`."""
+    others = [p for t, prefixes in TASK_ONLY_CODE.items() if t != task for p in prefixes]
+    return not any(name.startswith(p) for p in others)
+
+
+def stale_code(rec: dict[str, Any], today: dict[str, str], today_hash: str) -> str | None:
+    """Why `rec` is stale by its code (one phrase), or None: a result file its task runs was added, edited
+    or removed since. A record without per-file hashes compares the one hash of all result files."""
+    files = rec.get("code_files")
+    if not files:
+        h = rec.get("code_hash")
+        return f"code {h} != {today_hash}" if h and h != today_hash else None
+    task = rec.get("task") or "translation"
+    names = sorted(n for n in set(files) | set(today) if task_runs(task, n) and files.get(n) != today.get(n))
+    return f"code changed: {', '.join(names)}" if names else None
 
 
 def versions() -> dict[str, str]:

@@ -17,7 +17,7 @@ import numpy as np
 
 from ablate.config import ModelConfig, to_dataclass, total_steps
 from ablate.report import paper
-from ablate.results import code_hash, find_records, is_running
+from ablate.results import code_file_hashes, code_hash, find_records, is_running, stale_code
 from ablate.rows import ordered, resolve_row
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
@@ -253,11 +253,9 @@ def _neg_time(r: Run) -> str:
     return "".join(chr(0x10FFFF - ord(c)) for c in t)
 
 
-def stale_reasons(run: Run, rows: RowConfigs, today: str) -> list[str]:
-    out = []
-    h = run.rec.get("code_hash")
-    if h and h != today:
-        out.append(f"code {h} != {today}")
+def stale_reasons(run: Run, rows: RowConfigs, today: str, today_files: dict[str, str]) -> list[str]:
+    code = stale_code(run.rec, today_files, today)
+    out = [code] if code else []
     model = rows.models.get(run.row)
     rec_model = run.cfg("model") or {}
     if model is not None and rows.source.get(run.row) == "yaml" and rec_model:
@@ -350,7 +348,7 @@ def _ambiguous(runs: list[Run], why: str) -> None:
 
 
 def _one_per_cell(
-    runs: list[Run], rows: RowConfigs, today: str, excluded: list[str]
+    runs: list[Run], rows: RowConfigs, today: str, today_files: dict[str, str], excluded: list[str]
 ) -> dict[str, dict[int, Run]]:
     """One record per (row, seed): finished before running before failed, then the newest."""
     chosen: dict[str, dict[int, Run]] = {}
@@ -360,7 +358,7 @@ def _one_per_cell(
         if r.seed in by_seed:
             dup += 1
             continue
-        r.stale = stale_reasons(r, rows, today)
+        r.stale = stale_reasons(r, rows, today, today_files)
         by_seed[r.seed] = r
     if dup:
         excluded.append(f"{dup} older or unfinished duplicate record(s) of a (row, seed) cell")
@@ -389,7 +387,7 @@ def collect(
     excluded: list[str] = []
 
     runs, preset, why = _select([Run(r) for r in records], task, preset, sweep, excluded)
-    chosen = _one_per_cell(runs, rows, today, excluded)
+    chosen = _one_per_cell(runs, rows, today, code_file_hashes(), excluded)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get("base", {}).values()), None)
     tmpl = base or next((r for by in chosen.values() for r in by.values()), None)

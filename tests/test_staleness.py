@@ -1,0 +1,68 @@
+"""A record is stale when result code its task runs changed: decided file by file, from the hashes each
+record stores (`code_files`), so that editing the parser leaves translation records current."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ablate import results
+from ablate.results import stale_code, task_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+TODAY = {"model.py": "aaa", "lit.py": "bbb", "parsing/linearize.py": "ccc"}
+
+
+def rec(task, files, code_hash="old"):
+    return {"run_id": "r", "status": "finished", "task": task, "code_files": files, "code_hash": code_hash}
+
+
+def test_the_files_a_task_runs():
+    assert task_runs("translation", "model.py") and task_runs("parsing", "model.py")
+    assert not task_runs("translation", "parsing/tree.py") and task_runs("parsing", "parsing/tree.py")
+
+
+def test_a_parser_edit_leaves_translation_current_and_stales_parsing():
+    edited = {**TODAY, "parsing/linearize.py": "ddd"}
+    assert stale_code(rec("translation", TODAY), edited, "new") is None
+    assert stale_code(rec("parsing", TODAY), edited, "new") == "code changed: parsing/linearize.py"
+
+
+def test_shared_code_edited_added_or_removed_stales_every_task():
+    for task in ("translation", "parsing"):
+        assert stale_code(rec(task, TODAY), {**TODAY, "model.py": "x"}, "new") == "code changed: model.py"
+        assert stale_code(rec(task, TODAY), {**TODAY, "beam.py": "x"}, "new") == "code changed: beam.py"
+        gone = {k: v for k, v in TODAY.items() if k != "lit.py"}
+        assert stale_code(rec(task, TODAY), gone, "new") == "code changed: lit.py"
+        assert stale_code(rec(task, TODAY), dict(TODAY), "new") is None
+
+
+def test_a_record_without_file_hashes_compares_the_one_hash():
+    legacy = {"run_id": "r", "status": "finished", "code_hash": "abc"}
+    assert stale_code(legacy, TODAY, "abc") is None
+    assert stale_code(legacy, TODAY, "def") == "code abc != def"
+
+
+def test_a_record_holds_the_hash_of_each_result_file():
+    files = results.code_file_hashes()
+    assert sorted(files) == results.code_files()
+    import hashlib
+
+    assert files["model.py"] == hashlib.sha256((ROOT / "ablate" / "model.py").read_bytes()).hexdigest()[:12]
+    bad = {"run_id": "r", "status": "finished", "code_files": ["model.py"]}
+    assert results.record_problem(bad) == '"code_files" is a list, not an object'
+
+
+def test_a_translation_run_imports_no_parser_code(tmp_path):
+    """The fact TASK_ONLY_CODE rests on, measured in a real run: Python's own import log (-X importtime)
+    of `ablate.run` training and evaluating a translation model names no ablate.parsing module."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "ablate.run", "scale=tiny", "recipe=tiny", "logger=none",
+           f"results_dir={tmp_path}/r", f"data.cache_dir={tmp_path}/c", "train.max_steps=2",
+           "trainer.threads=1"]  # fmt: skip
+    p = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
+    assert "ablate.worker" in imported and "ablate.model" in imported  # the log is read right
+    assert not [m for m in imported if m.startswith("ablate.parsing")]
+    (path,) = (tmp_path / "r").rglob("record.json")
+    assert results.read_record(path)["code_files"] == results.code_file_hashes()
