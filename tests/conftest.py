@@ -17,3 +17,13 @@ def multi30k_dir() -> Path:
     if not (MULTI30K / "train.en.gz").is_file():
         pytest.skip(f"Multi30k not found at {MULTI30K} (set ABLATE_MULTI30K)")
     return MULTI30K
+
+
+PTB_SAMPLE = Path(os.environ.get("ABLATE_PTB_SAMPLE", SHARED / "data" / "ptb_sample"))
+
+
+@pytest.fixture(scope="session")
+def ptb_sample_dir() -> Path:
+    if not (PTB_SAMPLE / "22").is_dir():
+        pytest.skip(f"the Penn Treebank sample not found at {PTB_SAMPLE} (set ABLATE_PTB_SAMPLE)")
+    return PTB_SAMPLE

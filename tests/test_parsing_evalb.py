@@ -200,3 +200,23 @@ def test_score_predictions_from_linearized_outputs():
     assert figures["precision"] == pytest.approx(100 * 8 / 9)
     assert figures["f1"] == pytest.approx(80.0) and figures["f1_le40"] == pytest.approx(80.0)
     assert (figures["n"], figures["n_valid"], figures["n_repaired"]) == (2, 2, 1)
+
+
+def test_details_table_is_evalbs_own_table_line_for_line(tmp_path):
+    """The --details table against what EVALB itself printed for the trees the scorer wrote (fixture)."""
+    import contextlib
+    import io
+    from pathlib import Path
+
+    from ablate.parsing.score import main
+
+    case = Path(__file__).parent / "fixtures" / "evalb"
+    out, trees = io.StringIO(), tmp_path / "test.txt"
+    with contextlib.redirect_stdout(out):
+        assert main([str(case / "gold.txt"), str(case / "pred.txt"), "--details", "--trees", str(trees)]) == 0
+    evalb_table = (case / "evalb_collins.txt").read_text()
+    assert out.getvalue().startswith(evalb_table)
+    # the totals line holds the total of crossing brackets (1), not the sentences without one (4)
+    assert evalb_table.splitlines()[9].split()[5] == "1"
+    # the written trees carry the gold POS tags, so that EVALB deletes the same punctuation
+    assert "(. .)" in trees.read_text() and "XX" not in trees.read_text()

@@ -44,6 +44,7 @@ def treebank(tmp_path) -> Path:
 
 
 def _cfg(tmp_path: Path, **kw) -> DataConfig:
+    kw.setdefault("tgt_lang", "tree")
     return DataConfig(name=kw.pop("name", "wsj"), cache_dir=str(tmp_path / "cache"), **kw)
 
 

@@ -375,18 +375,30 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     _write_run(res, "base", 1, extra_metrics={"test_bleu": 26.1, "test_bleu_tok": 26.9})
     _write_run(res, "base", 2, extra_metrics={"test_bleu": 26.5, "test_bleu_tok": 27.1})
     _write_run(
-        res, "parse4", 1, task="parsing", extra_metrics={"f1": 90.0, "test_f1": 91.0, "test_n_error": 2}
-    )
-    _write_run(res, "parse5", 1, task="parsing", extra_metrics={"f1": 89.5})  # not yet decoded on 23
+        res, "parse4", 1, task="parsing",
+        extra_metrics={"f1": 90.0, "test_f1": 91.0, "test_n_error": 2, "test_n_repaired": 5, "test_n": 118,
+                       "test_f1_flat": 9.147},
+    )  # fmt: skip
+    extra = {"f1": 89.5, "n_repaired": 3, "n": 127, "f1_flat": 9.95}
+    _write_run(res, "parse5", 1, task="parsing", extra_metrics=extra)  # not yet decoded on 23
     assert main(["table2", "--results", "results", "--out", "t2.md", "--quiet"]) == 0
     t2 = Path("t2.md").read_text()
     assert "| ours: base | 26.30 ± 0.28 |  | 27.00 ± 0.14 | 1.2e15 | 27.3 | -1.00 |" in t2
     assert "| Transformer (big) | 28.4 | 41.8 |" in t2
     assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
     t4 = Path("t4.md").read_text()
-    assert "| ours: parse4 | WSJ only discriminative (data=builtin) | 91.00 | 91.3 | -0.30 |" in t4
+    assert (
+        "| ours: parse4 | WSJ only discriminative (data=builtin) | 91.00 | 91.3 | -0.30 | 5/118 | 9.15 |"
+        in t4
+    )
     assert "EVALB errors 2, over 200 brackets 0" in t4
-    assert "| ours: parse5 | WSJ only discriminative (data=builtin) | 89.50 (dev 22) |  |  |" in t4
+    assert (
+        "| ours: parse5 | WSJ only discriminative (data=builtin) | 89.50 (dev 22) |  |  | 3/127 | 9.95 |"
+        in t4
+    )
+    # the runs it chose, named, with what decides their F1 beyond the row
+    assert "ours: parse4 (section 23): parse4-" in t4 and "ours: parse5 (dev 22): parse5-" in t4
+    assert "beam 4" in t4 and "tgt_lang" in t4
     assert "| Dyer et al. (2016) [8] | generative | 93.3 |" in t4
 
 

@@ -208,6 +208,9 @@ class EvalbResult:
 
     sentences: list[SentenceResult] = field(default_factory=list)
     params: EvalbParams = COLLINS
+    # The F1 of one flat tree per sentence, (S w1 .. wn), over the same gold trees (set by
+    # ablate.parsing.score.score_trees): the floor below which a parser has learned nothing.
+    flat_f1: float | None = None
 
     def summary(self, max_len: int | None = None) -> EvalbSummary:
         """Corpus figures over all sentences, or over those of gold length <= ``max_len``."""
@@ -267,7 +270,7 @@ class EvalbResult:
         lines.append(
             f"                {total.recall:6.2f} {total.precision:6.2f} {total.matched:6d} "
             f"{total.gold_brackets:5d} {total.test_brackets:5d}  "
-            f"{sum(s.status == OK and s.crossing == 0 for s in self.sentences):5d}  {total.words:5d} "
+            f"{sum(s.crossing for s in self.sentences if s.status == OK):5d}  {total.words:5d} "
             f"{total.correct_tags if total.correct_tags is not None else '-':>5}   {acc}"
         )
         lines.append("=== Summary ===")
@@ -300,7 +303,7 @@ def _format_summary(s: EvalbSummary, title: str) -> list[str]:
     ]
 
 
-def _copy_gold_tags(gold: Tree, test: Tree, params: EvalbParams) -> Tree | None:
+def copy_gold_tags(gold: Tree, test: Tree, params: EvalbParams) -> Tree | None:
     """``test`` with its POS tags replaced by the gold ones, position by position.
 
     ``-NONE-`` elements are skipped on both sides; returns None when the word counts differ
@@ -341,7 +344,7 @@ def _score_sentence(
 ) -> SentenceResult:
     copy_tags = test_tags == "gold" or (test_tags == "auto" and _all_xx(test))
     if copy_tags:
-        test = _copy_gold_tags(gold, test, params) or test
+        test = copy_gold_tags(gold, test, params) or test
     g, t = _read(gold, params), _read(test, params)
     if not t.words:
         return SentenceResult(sid, g.length, SKIP, message="Skip (test tree has no word)")

@@ -15,27 +15,63 @@ from __future__ import annotations
 
 from .tree import Tree
 
-__all__ = ["XX", "linearize", "delinearize", "delinearize_with_report", "strip_tags"]
+__all__ = [
+    "XX", "LANGUAGES", "linearize", "readable", "delinearize", "delinearize_with_report", "strip_tags",
+]  # fmt: skip
 
 XX = "XX"  # the placeholder for every preterminal, as in Vinyals et al. 2015
 DEFAULT_ROOT = "S"  # the most frequent WSJ root label; used only when the output gives no single root
 
+# The target languages of the parsing task (data.tgt_lang): how a tree is written as tokens.
+#   tree        section 6.3, after Vinyals et al. 2015: (S (NP XX XX )NP (VP XX )VP XX )S  (the default)
+#   tree_sym    the same tokens, each bracket and XX written as one symbol (below), so that a subword
+#               vocabulary keeps it one piece: sentencepiece splits "(NP" into "(" and "NP" at the script
+#               boundary, whatever the vocabulary size
+#   tree_words  the words themselves as the leaves instead of XX, brackets as in tree_sym: the decoder
+#               copies the source in order (attention aligns it) instead of counting XX against it
+LANGUAGES = ("tree", "tree_sym", "tree_words")
 
-def linearize(tree: Tree) -> str:
-    """The target sequence for ``tree`` (section 6.3): ``(S (NP XX XX )NP (VP XX )VP XX )S``."""
+# The phrase labels of the Penn Treebank (Bies et al. 1995, "Bracketing Guidelines", 1.2), a fixed list so
+# that a symbol means the same on any treebank. A label outside it (an annotation error such as ADVP|PRT)
+# keeps its written form, which the reader takes too.
+PTB_LABELS = (
+    "ADJP", "ADVP", "CONJP", "FRAG", "INTJ", "LST", "NAC", "NP", "NX", "PP", "PRN", "PRT", "QP", "RRC",
+    "S", "SBAR", "SBARQ", "SINV", "SQ", "UCP", "VP", "WHADJP", "WHADVP", "WHNP", "WHPP", "X",
+)  # fmt: skip
+# One character of Unicode's Private Use Area (U+E000..) each: no text holds them, and sentencepiece keeps
+# every character of its training text (character_coverage 1.0).
+_TOKENS = [XX] + [b + label for label in PTB_LABELS for b in "()"]
+SYMBOL = {tok: chr(0xE000 + i) for i, tok in enumerate(_TOKENS)}
+_TOKEN = {c: tok for tok, c in SYMBOL.items()}
+
+
+def linearize(tree: Tree, language: str = "tree") -> str:
+    """The target sequence for ``tree`` in ``language`` (one of LANGUAGES); for ``tree`` (section 6.3):
+    ``(S (NP XX XX )NP (VP XX )VP XX )S``."""
+    if language not in LANGUAGES:
+        raise ValueError(f"unknown tree language {language!r} (one of {', '.join(LANGUAGES)})")
+    spell = (lambda tok: tok) if language == "tree" else (lambda tok: SYMBOL.get(tok, tok))
     out: list[str] = []
     stack: list[Tree | str] = [tree]  # a str on the stack is a closing token waiting to be emitted
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            out.append(item)
+            out.append(spell(item))
         elif item.is_preterminal:
-            out.append(XX)
+            out.append(item.word or "" if language == "tree_words" else spell(XX))
         else:
-            out.append("(" + item.label)
+            out.append(spell("(" + item.label))
             stack.append(")" + item.label)
             stack.extend(reversed(item.children))
     return " ".join(out)
+
+
+def readable(target: str) -> str:
+    """A target of any language with its symbols written out (``(NP``, ``XX``), a space around each: what
+    the reader and a person read. Text without symbols comes back as it is."""
+    if not any(c in _TOKEN for c in target):
+        return target
+    return "".join(f" {_TOKEN[c]} " if c in _TOKEN else c for c in target)
 
 
 def strip_tags(tree: Tree, tag: str = XX) -> Tree:
@@ -87,8 +123,11 @@ def delinearize_with_report(
     top = _Node("")  # virtual root: it collects whatever is outside every constituent
     stack = [top]
     n_used = 0
-    for tok in target.split():
-        if tok == XX:
+    tokens = readable(target).split()
+    # tree_words: every token that is not a bracket is a leaf; its text is not trusted, its position is
+    leaf = (lambda tok: tok == XX) if XX in tokens else (lambda tok: not tok.startswith(("(", ")")))
+    for tok in tokens:
+        if leaf(tok):
             if n_used < len(words):
                 stack[-1].kids.append(Tree.leaf(XX, words[n_used]))
                 n_used += 1
@@ -143,7 +182,8 @@ def delinearize(target: str, words: list[str], default_root: str = DEFAULT_ROOT)
     cleaned tree ``t`` (see :func:`ablate.parsing.tree.clean`).  Repair rules, applied in a
     single left-to-right pass over the whitespace-separated tokens:
 
-    1. ``(LABEL`` opens a constituent; ``XX`` takes the next unused word.
+    1. ``(LABEL`` opens a constituent; ``XX`` takes the next unused word (in a ``tree_words``
+       output, one without any ``XX``, every token that is not a bracket does).
     2. ``)LABEL`` or ``)`` closes the innermost open constituent, even when the label differs
        (a mismatched close label is trusted for position, not for label).
     3. A close with no open constituent left is ignored.
@@ -152,6 +192,7 @@ def delinearize(target: str, words: list[str], default_root: str = DEFAULT_ROOT)
     6. Words never consumed (too few ``XX``) are attached, in order, as last children of the root.
     7. Constituents with no word under them (``(NP )NP``, or emptied by rule 5) are removed.
     8. Any other token (``(`` alone, a POS tag, ``<unk>``, ``</s>``...) is ignored.
+    Symbols (``tree_sym``, ``tree_words``) are read as the tokens they stand for (:func:`readable`).
     9. Root: if everything lies in one top-level constituent, it is the root; if there is
        exactly one top-level constituent plus stray words outside it, the words become its
        first/last children; otherwise (no constituent, or several) the top-level items are

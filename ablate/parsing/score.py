@@ -7,7 +7,7 @@ EVALB's 0-100 scale.
 
 Command line::
 
-    python -m ablate.parsing.score GOLD.mrg PRED.txt [--sources SRC.txt] [--details]
+    python -m ablate.parsing.score GOLD.mrg PRED.txt [--sources SRC.txt] [--details] [--trees OUT]
 
 GOLD is bracketed trees (any number per line); PRED has one linearized tree per line; the
 source words default to the gold words.
@@ -20,9 +20,9 @@ import json
 import sys
 from pathlib import Path
 
-from .evalb import EvalbResult, evalb
+from .evalb import COLLINS, EvalbResult, copy_gold_tags, evalb
 from .linearize import delinearize_with_report
-from .tree import Tree, clean, read_mrg, words
+from .tree import Tree, clean, read_mrg, to_string, words
 
 __all__ = ["score_predictions", "score_trees", "figures", "main"]
 
@@ -30,18 +30,23 @@ __all__ = ["score_predictions", "score_trees", "figures", "main"]
 def score_trees(
     sources: list[str], predictions: list[str], gold: list[Tree]
 ) -> tuple[EvalbResult, list[Tree], list[list[str]]]:
-    """The EVALB result, the rebuilt trees, and the repair notes of each prediction."""
+    """The EVALB result, the rebuilt trees, and the repair notes of each prediction. Each tree carries the
+    gold POS tags in place of XX (where its words are the gold words), so that EVALB itself reads it as
+    this scorer does: it deletes punctuation by each tree's own tags."""
     if not len(sources) == len(predictions) == len(gold):
         raise ValueError(
             f"score: {len(sources)} sources, {len(predictions)} predictions and {len(gold)} gold trees"
         )
     trees: list[Tree] = []
     notes: list[list[str]] = []
-    for src, pred in zip(sources, predictions, strict=True):
+    for src, pred, g in zip(sources, predictions, gold, strict=True):
         tree, repairs = delinearize_with_report(pred, src.split())
-        trees.append(tree)
+        trees.append(copy_gold_tags(g, tree, COLLINS) or tree)
         notes.append(repairs)
-    return evalb(gold, trees), trees, notes
+    result = evalb(gold, trees)
+    flat = [delinearize_with_report("", src.split())[0] for src in sources]  # (S XX .. XX) over the words
+    result.flat_f1 = evalb(gold, flat).summary().fmeasure
+    return result, trees, notes
 
 
 def score_predictions(sources: list[str], predictions: list[str], gold: list[Tree]) -> dict:
@@ -50,8 +55,9 @@ def score_predictions(sources: list[str], predictions: list[str], gold: list[Tre
     Returns ``f1``, ``precision``, ``recall`` and ``complete_match`` (all sentences),
     ``f1_le40``, ``precision_le40``, ``recall_le40`` (gold length <= 40), ``average_crossing``,
     ``n`` (sentences), ``n_valid``, ``n_error`` and ``n_skip`` (EVALB's counts: an error is a
-    source whose words differ from the gold words), and ``n_repaired`` (predictions that
-    needed at least one repair to become a tree over the source words).
+    source whose words differ from the gold words), ``n_repaired`` (predictions that
+    needed at least one repair to become a tree over the source words) and ``f1_flat`` (the F1
+    of one flat tree per sentence over the same gold trees: the floor).
     """
     result, _, notes = score_trees(sources, predictions, gold)
     return figures(result, notes)
@@ -78,6 +84,7 @@ def figures(result: EvalbResult, notes: list[list[str]]) -> dict:
         "n_error": full.n_error,
         "n_skip": full.n_skip,
         "n_repaired": sum(1 for n in notes if n),
+        **({"f1_flat": result.flat_f1} if result.flat_f1 is not None else {}),
         "n_over_200_brackets": sum(
             max(x.gold_brackets, x.test_brackets) > EVALB_MAX_BRACKETS for x in result.sentences
         ),
@@ -91,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("predictions", type=Path, help="one linearized tree per line")
     ap.add_argument("--sources", type=Path, help="one source sentence per line (default: gold words)")
     ap.add_argument("--details", action="store_true", help="also print the EVALB-style table")
+    ap.add_argument("--trees", type=Path, help="write the rebuilt trees here, one a line, for EVALB itself")
     args = ap.parse_args(argv)
     try:
         gold = [clean(t) for t in read_mrg(args.gold)]
@@ -99,12 +107,14 @@ def main(argv: list[str] | None = None) -> int:
             sources = args.sources.read_text(encoding="utf-8").splitlines()
         else:
             sources = [" ".join(words(t)) for t in gold]
-        result, _, notes = score_trees(sources, preds, gold)
+        result, trees, notes = score_trees(sources, preds, gold)
+        if args.trees:
+            args.trees.write_text("".join(to_string(t) + "\n" for t in trees), encoding="utf-8")
     except (OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.details:
-        print(result.format())
+        print(result.format(), end="")
     print(json.dumps(figures(result, notes), indent=2, sort_keys=True))
     return 0
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from ablate.config import ConfigError, DataConfig
 from ablate.data import sources
 from ablate.parsing.builtin import BUILTIN_VERSION, write_builtin_treebank
+from ablate.parsing.linearize import LANGUAGES
 from ablate.parsing.tree import Tree, parse_bracketed, to_string
 from ablate.parsing.wsj import load_silver, load_split, parallel_text
 
@@ -80,6 +81,10 @@ def load_trees(cfg: DataConfig) -> dict[str, list[Tree]]:
     """Cleaned trees of train (02-21, + silver for wsj_semi), dev (22) and test (23)."""
     if cfg.name not in NAMES:
         raise ConfigError(f"data.name={cfg.name!r} is not a parsing data set ({', '.join(NAMES)})")
+    if cfg.tgt_lang not in LANGUAGES:
+        raise ConfigError(
+            f"data.tgt_lang={cfg.tgt_lang!r} is not a tree language of the parser ({', '.join(LANGUAGES)})"
+        )
     if cfg.name == "wsj_semi" and not cfg.silver_trees:
         raise ConfigError("data.name=wsj_semi needs data.silver_trees=<file of trees, one a line>")
     if cfg.name == "wsj" and cfg.silver_trees:
@@ -97,21 +102,24 @@ def load_trees(cfg: DataConfig) -> dict[str, list[Tree]]:
     return trees
 
 
-def _split(trees: list[Tree]) -> sources.Split:
-    src, tgt = parallel_text(trees)
+def _split(trees: list[Tree], language: str) -> sources.Split:
+    src, tgt = parallel_text(trees, language)
     return sources.Split(src, tgt)
 
 
 def parsing_corpus(cfg: DataConfig) -> ParsingCorpus:
-    """The parallel text of the parsing task; its key is a hash of the trees' text (and split sizes)."""
+    """The parallel text of the parsing task; its key is a hash of the trees' text (and split sizes) and of
+    the target language when it is not the default."""
     trees = load_trees(cfg)
     h = hashlib.sha256(b"ablate-parsing-corpus-v1")
+    if cfg.tgt_lang != "tree":
+        h.update(f"|{cfg.tgt_lang}|".encode())
     for split in ("train", "dev", "test"):
         h.update(f"|{split}:{len(trees[split])}|".encode())
         for t in trees[split]:
             h.update(to_string(t).encode("utf-8"))
             h.update(b"\n")
-    splits = {name: _split(ts) for name, ts in trees.items() if ts}
+    splits = {name: _split(ts, cfg.tgt_lang) for name, ts in trees.items() if ts}
     gold = {name: trees[name] for name in GOLD_SPLITS if trees[name]}
     return ParsingCorpus(splits, h.hexdigest()[:16], cfg.src_lang, cfg.tgt_lang, gold=gold)
 

@@ -100,15 +100,16 @@ def load_silver(path: str | Path) -> list[Tree]:
     return trees
 
 
-def parallel_text(trees: Iterable[Tree]) -> tuple[list[str], list[str]]:
+def parallel_text(trees: Iterable[Tree], language: str = "tree") -> tuple[list[str], list[str]]:
     """Source and target sentences for seq2seq training (section 6.3, Vinyals et al. 2015).
 
-    Source: the words joined by single spaces.  Target: :func:`ablate.parsing.linearize.linearize`.
+    Source: the words joined by single spaces.  Target: :func:`ablate.parsing.linearize.linearize` in
+    ``language`` (``data.tgt_lang``).
     Words are PTB tokens and never contain whitespace, so ``source.split()`` gives them back.
     """
     sources: list[str] = []
     targets: list[str] = []
     for tree in trees:
         sources.append(" ".join(words(tree)))
-        targets.append(linearize(tree))
+        targets.append(linearize(tree, language))
     return sources, targets
