@@ -7,6 +7,7 @@ finished, resume it when interrupted.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import fcntl
 import hashlib
@@ -366,11 +367,36 @@ def code_hash() -> str:
 TASK_ONLY_CODE = {"parsing": ("parsing/",)}
 
 
+# Top-level definitions inside result files that decide no result: a command line, a progress bar, the
+# logger's settings (whose keys NOT_IDENTITY leaves out of a run's name as well). Their lines are left out
+# of their file's hash, so that editing them leaves records current; every other line counts.
+NOT_RESULT_DEFS = {
+    "callbacks.py": ("StepProgress",),
+    "config.py": ("LoggerConfig",),
+    "evaluate.py": ("main",),
+}
+
+
+def result_source(name: str, root: Path | None = None) -> bytes:
+    """The bytes of result file `name` (under `root`, the package by default) that decide results: the file
+    less its NOT_RESULT_DEFS definitions (decorators included), found by Python's parser; the file itself
+    where it names none."""
+    data = ((root or Path(__file__).parent) / name).read_bytes()
+    names = NOT_RESULT_DEFS.get(name)
+    if not names:
+        return data
+    drop: set[int] = set()
+    for node in ast.parse(data).body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name in names:
+            start = min([node.lineno] + [d.lineno for d in node.decorator_list])
+            drop.update(range(start - 1, node.end_lineno or node.lineno))
+    return b"".join(line for i, line in enumerate(data.splitlines(keepends=True)) if i not in drop)
+
+
 def code_file_hashes() -> dict[str, str]:
-    """Each result-deciding file's own hash, stored in every record (`code_files`): staleness is decided
-    file by file, over the files the record's task runs."""
-    root = Path(__file__).parent
-    return {name: hashlib.sha256((root / name).read_bytes()).hexdigest()[:12] for name in code_files()}
+    """Each result-deciding file's own hash (of its result_source), stored in every record (`code_files`):
+    staleness is decided file by file, over the files the record's task runs."""
+    return {name: hashlib.sha256(result_source(name)).hexdigest()[:12] for name in code_files()}
 
 
 def task_runs(task: str, name: str) -> bool:

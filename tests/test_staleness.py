@@ -66,3 +66,32 @@ def test_a_translation_run_imports_no_parser_code(tmp_path):
     assert not [m for m in imported if m.startswith("ablate.parsing")]
     (path,) = (tmp_path / "r").rglob("record.json")
     assert results.read_record(path)["code_files"] == results.code_file_hashes()
+
+
+def test_definitions_that_decide_no_result_are_left_out_of_their_files_hash(tmp_path):
+    """Editing evaluate.py's command line (main) leaves the file's result hash as it was; editing the
+    function that decodes and scores (evaluate_run), or a line between definitions, changes it."""
+    source = (ROOT / "ablate" / "evaluate.py").read_text()
+    (tmp_path / "evaluate.py").write_text(source)
+    before = results.result_source("evaluate.py", tmp_path)
+    assert before == results.result_source("evaluate.py") and b"def main(" not in before
+    assert b"def evaluate_run(" in before
+
+    def edited(old: str, new: str) -> bytes:
+        assert source.count(old) == 1
+        (tmp_path / "evaluate.py").write_text(source.replace(old, new))
+        return results.result_source("evaluate.py", tmp_path)
+
+    parse = "    args = ap.parse_args(argv)\n"
+    assert edited(parse, parse + "    print(args)\n") == before
+    assert edited("def evaluate_run(", "def evaluate_run(  \n") != before
+    assert edited("\n\ndef main(", "\nX = 1\n\ndef main(") != before
+
+
+def test_every_definition_named_as_deciding_no_result_exists():
+    import ast
+
+    for name, defs in results.NOT_RESULT_DEFS.items():
+        assert name in results.code_files()
+        top = {n.name for n in ast.parse((ROOT / "ablate" / name).read_text()).body if hasattr(n, "name")}
+        assert set(defs) <= top, f"{name}: {set(defs) - top} is not a top-level definition"
