@@ -20,8 +20,15 @@ class StepProgress(TQDMProgressBar):
         super().__init__(refresh_rate=5)
         self.total_micro = total_micro
 
+    def on_train_start(self, trainer, *_):
+        super().on_train_start(trainer, *_)
+        self._set_total(trainer)  # a resumed run goes on inside its epoch: no epoch start comes
+
     def on_train_epoch_start(self, trainer, *_):
         super().on_train_epoch_start(trainer, *_)
+        self._set_total(trainer)
+
+    def _set_total(self, trainer) -> None:
         self.train_progress_bar.reset(total=self.total_micro)
         self.train_progress_bar.initial = trainer.global_step * trainer.lightning_module.accumulate
 

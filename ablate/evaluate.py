@@ -190,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--src", help="a source file to translate instead of the split")
     ap.add_argument("--ref", help="its reference translations")
+    ap.add_argument("--threads", type=int, help="torch threads (default: the run's trainer.threads)")
     args = ap.parse_args(argv)
     try:
+        _check_args(args)
+        torch.set_num_threads(args.threads or load_config(Path(args.run_dir)).trainer.threads or 1)
         m = evaluate_run(args.run_dir, args.average, args.split, args.src, args.ref, args.until_step)
     except (ValueError, OSError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
@@ -199,6 +202,26 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in m.items():
         print(f"{k:28s} {v:.2f}" if isinstance(v, float) else f"{k:28s} {v}")
     return 0
+
+
+def _check_args(args) -> None:
+    """Refuse, in one line, what evaluate_run would ignore or clip without a word."""
+    if bool(args.src) != bool(args.ref):
+        given, missing = ("--src", "--ref") if args.src else ("--ref", "--src")
+        raise ValueError(f"{given} needs {missing}: a source file is scored against its references")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: at least 1")
+    if args.average < 0:
+        raise ValueError(f"--average {args.average}: a number of checkpoints, 0 (last.ckpt) or more")
+    if args.average:
+        run_dir = Path(args.run_dir)
+        last = args.until_step if args.until_step is not None else float("inf")
+        have = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= last]
+        if args.average > len(have):
+            raise ValueError(
+                f"--average {args.average}: {run_dir / 'checkpoints'} holds {len(have)} step checkpoint(s)"
+                + (f" up to step {args.until_step}" if args.until_step is not None else "")
+            )
 
 
 if __name__ == "__main__":

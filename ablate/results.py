@@ -373,14 +373,14 @@ TASK_ONLY_CODE = {"parsing": ("parsing/",)}
 NOT_RESULT_DEFS = {
     "callbacks.py": ("StepProgress",),
     "config.py": ("LoggerConfig",),
-    "evaluate.py": ("main",),
+    "evaluate.py": ("main", "_check_args"),
 }
 
 
 def result_source(name: str, root: Path | None = None) -> bytes:
     """The bytes of result file `name` (under `root`, the package by default) that decide results: the file
-    less its NOT_RESULT_DEFS definitions (decorators included), found by Python's parser; the file itself
-    where it names none."""
+    less its NOT_RESULT_DEFS definitions (decorators included, found by Python's parser) and less its blank
+    lines; the file itself where it names none."""
     data = ((root or Path(__file__).parent) / name).read_bytes()
     names = NOT_RESULT_DEFS.get(name)
     if not names:
@@ -390,7 +390,8 @@ def result_source(name: str, root: Path | None = None) -> bytes:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name in names:
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
             drop.update(range(start - 1, node.end_lineno or node.lineno))
-    return b"".join(line for i, line in enumerate(data.splitlines(keepends=True)) if i not in drop)
+    lines = data.splitlines(keepends=True)
+    return b"".join(line for i, line in enumerate(lines) if i not in drop and line.strip())
 
 
 def code_file_hashes() -> dict[str, str]:

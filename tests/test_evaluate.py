@@ -36,7 +36,7 @@ def test_compound_splitting_as_in_tensor2tensor():
 
 
 @pytest.mark.slow
-def test_evaluate_a_run_with_averaging(tmp_path):
+def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     args = [
         "scale=tiny",
         "recipe=tiny",
@@ -78,3 +78,41 @@ def test_evaluate_a_run_with_averaging(tmp_path):
     assert json.loads((run_dir / "record.json").read_text())["metrics"] == rec["metrics"]
     times = [json.loads(line).get("time_s") for line in (run_dir / "curves.jsonl").read_text().splitlines()]
     assert any(t is not None and t > 0 for t in times)  # the minute axis of benchmarks/multi30k_curve.py
+    # What evaluate_run would ignore or clip is refused in one line, before anything is decoded or written.
+    from ablate.evaluate import main
+
+    for argv, message in [
+        (["--src", "a.txt"], "error: --src needs --ref: a source file is scored against its references"),
+        (["--ref", "a.txt"], "error: --ref needs --src: a source file is scored against its references"),
+        (["--average", "-1"], "error: --average -1: a number of checkpoints, 0 (last.ckpt) or more"),
+        (["--average", "100"], f"error: --average 100: {run_dir / 'checkpoints'} holds 4 step checkpoint(s)"),
+        (["--average", "3", "--until-step", "10"], "holds 2 step checkpoint(s) up to step 10"),
+        (["--threads", "0"], "error: --threads 0: at least 1"),
+    ]:
+        assert main([str(run_dir), *argv]) == 2
+        err = capsys.readouterr().err
+        assert err.strip().endswith(message) and len(err.strip().splitlines()) == 1, (argv, err)
+    assert json.loads((run_dir / "record.json").read_text())["metrics"] == rec["metrics"]
+
+
+def test_evaluate_decodes_with_the_runs_threads(tmp_path, monkeypatch):
+    """`python -m ablate.evaluate` decodes on trainer.threads of the run (a beam-21 parse of section 23
+    on torch's default of every core ran beside a training job), or on --threads."""
+    import dataclasses
+    import json
+
+    import torch
+
+    from ablate import evaluate
+    from ablate.config import RunConfig, TrainerConfig
+
+    cfg = dataclasses.asdict(RunConfig(trainer=TrainerConfig(threads=1)))
+    (tmp_path / "record.json").write_text(json.dumps({"run_id": "r", "status": "finished", "config": cfg}))
+    seen = []
+    monkeypatch.setattr(evaluate, "evaluate_run", lambda *a: seen.append(torch.get_num_threads()) or {})
+    before = torch.get_num_threads()
+    try:
+        assert evaluate.main([str(tmp_path)]) == 0 and evaluate.main([str(tmp_path), "--threads", "2"]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2]

@@ -67,3 +67,21 @@ def test_a_run_prints_none_of_the_libraries_notices(tmp_path):
     out = p.stdout + p.stderr
     assert "run        base-" in out and "W&B offline" in out
     assert [n for n in THIRD_PARTY_NOISE if n in out] == []
+
+
+def test_a_resumed_runs_progress_bar_keeps_its_total(capsys):
+    """A resumed run goes on inside its epoch, so Lightning sends no epoch start: the bar must get its total
+    (optimizer steps x micro-batches) and its starting point when training starts, not `425/?`."""
+    from types import SimpleNamespace
+
+    from ablate.callbacks import StepProgress
+
+    bar = StepProgress(total_micro=300)
+    trainer = SimpleNamespace(
+        global_step=40, lightning_module=SimpleNamespace(accumulate=2), is_global_zero=True, current_epoch=0
+    )
+    bar._trainer = trainer
+    bar.on_train_start(trainer)
+    assert (bar.train_progress_bar.total, bar.train_progress_bar.initial) == (300, 80)
+    bar.train_progress_bar.close()
+    capsys.readouterr()
