@@ -169,6 +169,9 @@ class LoggerConfig:
     mode: str = "auto"  # auto (online only with credentials and network) | online | offline | disabled
     probe_timeout_s: float = 3.0
     samples: int = 8  # sample translations logged as a table
+    # the run's checkpoints as W&B model artifacts at the end of training (Lightning's log_model=True):
+    # ~250 MB each at paper size (base), so off unless asked for
+    log_checkpoints: bool = False
 
 
 @dataclass

@@ -125,6 +125,7 @@ def make_logger(
         tags=tags,
         mode=mode,
         config={**config, **what_ran(run_dir, config)},
+        log_model=cfg.log_checkpoints,
     )
     if getattr(logger, "_wandb_init", {}).get("anonymous", 0) is None:
         del logger._wandb_init["anonymous"]  # Lightning passes None, which W&B answers with a warning

@@ -153,6 +153,25 @@ def test_synthetic_sweep_structure_and_round_trip():
     assert again == spec
 
 
+def test_dev_bleu_is_a_curve_only_where_a_run_decoded_it_during_training():
+    records = [_record("base", "base"), _record("A1", "A")]
+    spec = db.report_spec(db.build_report(records, "ent", "ablate", "sw1", ""))
+    assert _used(spec)["history"] == {"dev/ppl", "trainer/global_step"}
+    records[1]["config"]["train"] = {"bleu_every": 4}  # A1 decoded the dev set at every 4th evaluation
+    spec = db.report_spec(db.build_report(records, "ent", "ablate", "sw1", ""))
+    assert _used(spec)["history"] == {"dev/ppl", "dev/bleu", "trainer/global_step"}
+    grids = [
+        g
+        for g in _grids(spec)
+        if any(("config", "table3_group") in _filters(r) for r in g["metadata"]["runSets"])
+    ]
+    for grid in grids:  # each group's curves side by side, its run comparer below them
+        at = [
+            (p["layout"]["x"], p["layout"]["y"]) for p in grid["metadata"]["panelBankSectionConfig"]["panels"]
+        ]
+        assert at == [(0, 0), (12, 0), (0, 8)]
+
+
 def test_sweep_choice_and_group():
     records = [
         _record("base", "base", sweep="old"),

@@ -82,6 +82,26 @@ def test_offline_run_holds_config_and_metrics(tmp_path):
     assert (s["config"]["table3_row"], s["config"]["table3_group"]) == ("base", "base")
     assert s["config"]["paper_dev_ppl"] == 4.92 and s["config"]["paper_dev_bleu"] == 25.8
     assert {"min", "last"} <= s["metrics"]["dev/ppl"] and {"max", "last"} <= s["metrics"]["dev/bleu"]
+    assert not [a for a in s["artifacts"] if a["type"] == "model"]  # checkpoints only when asked for
+
+
+@pytest.mark.slow
+def test_checkpoints_go_as_model_artifacts_when_asked_for(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env["HOME"] = str(tmp_path)
+    cmd = [sys.executable, "-m", "ablate.run", "scale=tiny", "recipe=tiny", "logger=wandb",
+           "logger.log_checkpoints=true", "train.checkpoint_every=10", f"results_dir={tmp_path}/r",
+           f"data.cache_dir={tmp_path}/cache", "trainer.threads=1"]  # fmt: skip
+    p = subprocess.run(
+        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec_path = next((tmp_path / "r").rglob("record.json"))
+    (part,) = rec_path.parent.glob("wandb/offline-run-*/*.wandb")
+    models = [a for a in summary(part)["artifacts"] if a["type"] == "model"]
+    saved = sorted(p.name for p in (rec_path.parent / "checkpoints").glob("*.ckpt"))
+    assert models and all(a["files"] == ["model.ckpt"] for a in models)
+    assert len(models) <= len(saved) and json.loads(rec_path.read_text())["status"] == "finished"
 
 
 @pytest.mark.slow

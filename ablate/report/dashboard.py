@@ -28,7 +28,10 @@ from ablate.report.plots import plot_titles
 from ablate.rows import group_order
 
 STEP = "trainer/global_step"
-CURVES = (("dev/ppl", "dev PPL"),)  # dev BLEU is decoded once, at the end: FINAL_BLEU, not a curve
+CURVES = (("dev/ppl", "dev PPL"),)
+# dev BLEU is a curve only where a run decodes the dev set during training (train.bleu_every > 0: each point
+# costs one dev decode); otherwise it is decoded once, at the end, and shown as FINAL_BLEU's bars
+BLEU_CURVE = ("dev/bleu", "dev BLEU")
 FINAL_BLEU = "final/dev_bleu"  # logged once per run when training ends (worker._log_final)
 FINAL_PPL = "final/dev_ppl"
 PAPER_PPL = "paper/dev_ppl"  # the row's dev PPL in the paper, in each run's summary (tracking.finish)
@@ -110,12 +113,22 @@ def _curve(key: str, title: str, x: int) -> wr.LinePlot:
     )
 
 
-def _group_grid(entity: str, project: str, group: str, table3_group: str) -> wr.PanelGrid:
-    """A Table 3 group's rows with base, the reference their differences are read against."""
+def curves(records: list[dict]) -> tuple[tuple[str, str], ...]:
+    """The curves a group's runs have: dev PPL, and dev BLEU where a run decoded it during training."""
+    bleu = any(((r.get("config") or {}).get("train") or {}).get("bleu_every", 0) > 0 for r in records)
+    return CURVES + ((BLEU_CURVE,) if bleu else ())
+
+
+def _group_grid(
+    entity: str, project: str, group: str, table3_group: str, keys: tuple[tuple[str, str], ...]
+) -> wr.PanelGrid:
+    """A Table 3 group's rows with base, the reference their differences are read against: their curves,
+    then a run comparer."""
     rows = [table3_group] if table3_group == "base" else [table3_group, "base"]
     runset = _runset(entity, project, f"group {table3_group} and base", *_train_filters(group, rows))
-    panels = [_curve(key, title, 12 * i) for i, (key, title) in enumerate(CURVES)]
-    panels.append(wr.RunComparer(diff_only=True, layout=wr.Layout(x=12, y=0, w=12, h=8)))
+    panels = [_curve(key, title, 12 * i) for i, (key, title) in enumerate(keys)]
+    at = wr.Layout(x=12 * len(keys) % 24, y=8 * (len(keys) // 2), w=12, h=8)
+    panels.append(wr.RunComparer(diff_only=True, layout=at))
     return wr.PanelGrid(runsets=[runset], panels=panels)
 
 
@@ -182,7 +195,7 @@ def build_report(
         ),
     ]
     for g in groups:
-        blocks += [wr.H2(text=f"Group {g}"), _group_grid(entity, project, group, g)]
+        blocks += [wr.H2(text=f"Group {g}"), _group_grid(entity, project, group, g, curves(records))]
     return wr.Report(
         project=project,
         entity=entity,
