@@ -48,3 +48,34 @@ def test_ctrl_c_mid_sweep_is_one_line_and_the_same_command_resumes(tmp_path, lau
     assert sorted(r["row"] for r in records) == ["A1", "base"]
     assert all(r["status"] == "finished" and r["steps"] == 20 for r in records)
     assert "resuming from" in p.stdout  # a run the Ctrl-C stopped went on from its checkpoint
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("at_step", [4, 10])  # between dev evaluations, and on one (train.val_every=5)
+def test_ctrl_c_loses_no_curve_point(tmp_path, at_step):
+    """Ctrl-C lands before the step's checkpoint: the run resumes from the one before and redoes the step
+    and its dev evaluation, so its curve equals an uninterrupted run's, point for point."""
+
+    def run(folder: str, **env_extra: str) -> list[dict]:
+        env = dict(os.environ, WANDB_MODE="offline", **env_extra)
+        cmd = [
+            sys.executable, "-m", "ablate.run", "recipe=tiny", "scale=tiny", "trainer=cpu",
+            "trainer.threads=1", "trainer.progress_bar=false", "logger=none", "train.checkpoint_every=2",
+            "train.val_every=5",
+            f"results_dir={tmp_path}/{folder}", f"data.cache_dir={tmp_path}/cache",
+        ]  # fmt: skip
+        p = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, start_new_session=True
+        )
+        assert p.returncode == (130 if env_extra else 0), p.stderr[-2000:]
+        if env_extra:
+            return []
+        (curves,) = (tmp_path / folder).rglob("curves.jsonl")
+        rows = [json.loads(line) for line in curves.read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k != "time_s"} for r in rows]  # the clock differs
+
+    run("a", ABLATE_FAULT_SIGINT_AT_STEP=str(at_step))
+    interrupted = run("a")
+    whole = run("b")
+    assert [r["step"] for r in whole if "dev_ppl" in r] == [5, 10, 15, 20, 20]  # then the final evaluation
+    assert interrupted == whole
