@@ -166,9 +166,11 @@ def _first_line(e: BaseException) -> str:
 
 
 def _f1_line(m: dict) -> str:
+    """The dev F1 with what tells a parser from a flat tree: the outputs repaired, the flat-tree floor."""
+    floor = f"; one flat tree a sentence: {m['f1_flat']:.2f}" if m.get("f1_flat") is not None else ""
     return (
         f"dev F1     {m['f1']:.2f}  (EVALB, COLLINS.prm; <= 40 words: {m.get('f1_le40', float('nan')):.2f}; "
-        f"{m.get('n_repaired', 0)} outputs repaired)"
+        f"{m.get('n_repaired', 0)}/{m.get('n', '?')} outputs repaired{floor})"
     )
 
 
