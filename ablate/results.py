@@ -362,7 +362,7 @@ def code_hash() -> str:
     return h.hexdigest()[:12]
 
 
-# Result code that only one task runs (a translation run never imports the parser: tests/test_imports.py
+# Result code that only one task runs (a translation run never imports the parser: tests/test_staleness.py
 # checks it in a real run), so that editing the parser leaves translation records current.
 TASK_ONLY_CODE = {"parsing": ("parsing/",)}
 

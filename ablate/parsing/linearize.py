@@ -192,11 +192,12 @@ def delinearize(target: str, words: list[str], default_root: str = DEFAULT_ROOT)
     6. Words never consumed (too few ``XX``) are attached, in order, as last children of the root.
     7. Constituents with no word under them (``(NP )NP``, or emptied by rule 5) are removed.
     8. Any other token (``(`` alone, a POS tag, ``<unk>``, ``</s>``...) is ignored.
-    Symbols (``tree_sym``, ``tree_words``) are read as the tokens they stand for (:func:`readable`).
     9. Root: if everything lies in one top-level constituent, it is the root; if there is
        exactly one top-level constituent plus stray words outside it, the words become its
        first/last children; otherwise (no constituent, or several) the top-level items are
        wrapped in a new root labelled ``default_root`` (``S``).
+
+    Symbols (``tree_sym``, ``tree_words``) are read as the tokens they stand for (:func:`readable`).
 
     :func:`delinearize_with_report` also returns a note for each repair.
     """
