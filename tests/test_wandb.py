@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from wandb_offline import summary
+from wandb_offline import summary, written_summary
 
 from ablate.config import LoggerConfig
 from ablate.tracking import wandb_mode
@@ -219,8 +219,8 @@ def test_the_report_run_decides_like_training_and_keeps_the_report_as_an_artifac
     report_main.log_wandb(table, {}, None, None, "tiny trainer=cpu", directory=str(tmp_path), files=[md])
     assert asked == ["ablate"]
     (part,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
-    s = summary(part)
-    assert s["run"]["job_type"] == "report" and s["run"]["group"] == "tiny trainer=cpu"
+    s = written_summary(part)
+    assert s["exited"] and s["run"]["job_type"] == "report" and s["run"]["group"] == "tiny trainer=cpu"
     assert [(a["name"], a["type"], a["files"]) for a in s["artifacts"] if a["type"] == "report"] == [
         ("table3-report-tiny-trainer-cpu", "report", ["table3.md"])
     ]

@@ -56,10 +56,12 @@ def summary(path: str | Path) -> dict:
     from wandb.proto import wandb_internal_pb2 as pb
 
     out: dict = {"config": {}, "history": [], "summary": {}, "run": {}, "metrics": {}, "artifacts": []}
+    out["exited"] = False  # the run's exit record is there: the file is whole
     for raw in records(path):
         rec = pb.Record()
         rec.ParseFromString(raw)
         kind = rec.WhichOneof("record_type")
+        out["exited"] |= kind == "exit"
         if kind == "run":
             out["run"] = {
                 "group": rec.run.run_group,
@@ -91,3 +93,19 @@ def summary(path: str | Path) -> dict:
             for item in rec.summary.update:
                 out["summary"][item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return out
+
+
+def written_summary(path: str | Path, timeout: float = 30.0) -> dict:
+    """summary() once W&B's service has written the run's exit record: in the test's own process,
+    wandb.finish() can return before the service has flushed the offline file."""
+    import time
+
+    t0 = time.monotonic()
+    while True:
+        try:
+            s = summary(path)
+        except ValueError:  # a chunk half-written
+            s = {"exited": False}
+        if s["exited"] or time.monotonic() - t0 > timeout:
+            return s
+        time.sleep(0.2)
