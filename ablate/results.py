@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -397,7 +398,13 @@ def result_source(name: str, root: Path | None = None) -> bytes:
 def code_file_hashes() -> dict[str, str]:
     """Each result-deciding file's own hash (of its result_source), stored in every record (`code_files`):
     staleness is decided file by file, over the files the record's task runs."""
-    return {name: hashlib.sha256(result_source(name)).hexdigest()[:12] for name in code_files()}
+    return dict(_file_hashes())
+
+
+@functools.cache
+def _file_hashes() -> tuple[tuple[str, str], ...]:
+    # once a process: the code a process runs is the code it loaded (a plan asks for every job it lists)
+    return tuple((name, hashlib.sha256(result_source(name)).hexdigest()[:12]) for name in code_files())
 
 
 def task_runs(task: str, name: str) -> bool:

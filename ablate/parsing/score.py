@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from .evalb import COLLINS, EvalbResult, copy_gold_tags, evalb
@@ -43,9 +44,8 @@ def score_trees(
         tree, repairs = delinearize_with_report(pred, src.split())
         trees.append(copy_gold_tags(g, tree, COLLINS) or tree)
         notes.append(repairs)
-    result = evalb(gold, trees)
     flat = [delinearize_with_report("", src.split())[0] for src in sources]  # (S XX .. XX) over the words
-    result.flat_f1 = evalb(gold, flat).summary().fmeasure
+    result = replace(evalb(gold, trees), flat_f1=evalb(gold, flat).summary().fmeasure)
     return result, trees, notes
 
 
