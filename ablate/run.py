@@ -328,6 +328,13 @@ def _composition_line(e: BaseException) -> str:
     return f"{first.rstrip('.')}: {said}" if said and said not in first else first
 
 
+# joblib's loky launcher has a resource tracker process that outlives this one. After Ctrl-C it frees
+# the semaphores of the workers it stopped and warns about each on our stderr, after our last line.
+# The freeing is its job and needs no word; the filter reaches it through the interpreter flags that
+# Python gives the processes it spawns (subprocess._args_from_interpreter_flags).
+QUIET_CHILD_WARNINGS = "ignore:resource_tracker:UserWarning"
+
+
 def entry(argv: list[str]) -> None:
     """The command line: checks Hydra would answer with a traceback, --plan, then Hydra's main."""
     multirun = any(a in ("-m", "--multirun") for a in argv)
@@ -342,6 +349,8 @@ def entry(argv: list[str]) -> None:
     ):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
+    if multirun and QUIET_CHILD_WARNINGS not in sys.warnoptions:
+        sys.warnoptions.append(QUIET_CHILD_WARNINGS)
     scratch = None
     if plan.FLAG in argv:
         os.environ[plan.ENV] = "1"
