@@ -107,6 +107,7 @@ class DataConfig:
     treebank_dir: str | None = None
     treebank_builtin: bool = False  # instead: write the built-in treebank (builtin_* sizes) into cache_dir
     silver_trees: str | None = None  # data.name=wsj_semi: extra training trees, one bracketed tree a line
+    constituent_pairs: bool = False  # also each training tree's constituents of 2+ words as pairs (not paper)
 
 
 @dataclass

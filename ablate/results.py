@@ -365,7 +365,12 @@ def code_hash() -> str:
 
 # Result code that only one task runs (a translation run never imports the parser: tests/test_staleness.py
 # checks it in a real run), so that editing the parser leaves translation records current.
-TASK_ONLY_CODE = {"parsing": ("parsing/",)}
+TASK_ONLY_CODE = {"parsing": ("parsing/", "config.py#parsing")}
+
+# Config fields that only the parser reads (ablate/parsing/task.py and the treebank's fingerprint). Their
+# lines are hashed apart from the rest of their file, as the part "config.py#parsing", which only parsing
+# runs run: a new parsing option leaves translation records current.
+PARSING_FIELDS = ("treebank_dir", "treebank_builtin", "silver_trees", "constituent_pairs")
 
 
 # Top-level definitions inside result files that decide no result: a command line, a progress bar, the
@@ -380,19 +385,45 @@ NOT_RESULT_DEFS = {
 
 def result_source(name: str, root: Path | None = None) -> bytes:
     """The bytes of result file `name` (under `root`, the package by default) that decide results: the file
-    less its NOT_RESULT_DEFS definitions (decorators included, found by Python's parser) and less its blank
-    lines; the file itself where it names none."""
-    data = ((root or Path(__file__).parent) / name).read_bytes()
-    names = NOT_RESULT_DEFS.get(name)
-    if not names:
+    less its NOT_RESULT_DEFS definitions (decorators included, found by Python's parser), less the lines of
+    its PARSING_FIELDS and less its blank lines; the file itself where it names none. For the part
+    "config.py#parsing", the lines of the PARSING_FIELDS only."""
+    path, _, part = name.partition("#")
+    data = ((root or Path(__file__).parent) / path).read_bytes()
+    names = NOT_RESULT_DEFS.get(path)
+    if not names and not part:
         return data
-    drop: set[int] = set()
-    for node in ast.parse(data).body:
+    tree = ast.parse(data)
+    drop = _def_lines(tree, names or ())
+    fields = _field_lines(tree, PARSING_FIELDS)
+    lines = data.splitlines(keepends=True)
+    keep = fields if part else set(range(len(lines))) - drop - fields
+    return b"".join(line for i, line in enumerate(lines) if i in keep and line.strip())
+
+
+def _def_lines(tree: ast.Module, names: tuple[str, ...]) -> set[int]:
+    """0-based lines of the top-level definitions named `names`, decorators included."""
+    out: set[int] = set()
+    for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef) and node.name in names:
             start = min([node.lineno] + [d.lineno for d in node.decorator_list])
-            drop.update(range(start - 1, node.end_lineno or node.lineno))
-    lines = data.splitlines(keepends=True)
-    return b"".join(line for i, line in enumerate(lines) if i not in drop and line.strip())
+            out.update(range(start - 1, node.end_lineno or node.lineno))
+    return out
+
+
+def _field_lines(tree: ast.Module, names: tuple[str, ...]) -> set[int]:
+    """0-based lines of the annotated class fields named `names` (`name: type = default`)."""
+    out: set[int] = set()
+    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
+        for node in cls.body:
+            if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) in names:
+                out.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+    return out
+
+
+def _parts(name: str) -> list[str]:
+    """A result file's hashed parts: the file, and "config.py#parsing" beside config.py."""
+    return [name, f"{name}#parsing"] if name == "config.py" else [name]
 
 
 def code_file_hashes() -> dict[str, str]:
@@ -404,7 +435,8 @@ def code_file_hashes() -> dict[str, str]:
 @functools.cache
 def _file_hashes() -> tuple[tuple[str, str], ...]:
     # once a process: the code a process runs is the code it loaded (a plan asks for every job it lists)
-    return tuple((name, hashlib.sha256(result_source(name)).hexdigest()[:12]) for name in code_files())
+    parts = [part for name in code_files() for part in _parts(name)]
+    return tuple((part, hashlib.sha256(result_source(part)).hexdigest()[:12]) for part in parts)
 
 
 def task_runs(task: str, name: str) -> bool:

@@ -15,6 +15,7 @@ from ablate.config import ConfigError, DataConfig
 from ablate.parsing.linearize import delinearize, linearize
 from ablate.parsing.task import (
     ParsingCorpus,
+    constituents,
     gold_path,
     gold_trees,
     load_trees,
@@ -24,7 +25,7 @@ from ablate.parsing.task import (
     treebank_root,
     write_trees,
 )
-from ablate.parsing.tree import clean, read_mrg, words
+from ablate.parsing.tree import clean, parse_bracketed, read_mrg, to_string, words
 from ablate.parsing.wsj import TRAIN_SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +85,32 @@ def test_silver_trees_only_in_the_semi_supervised_setting(tmp_path, treebank):
         load_trees(_cfg(tmp_path, treebank_dir=str(treebank), silver_trees=silver))
     with pytest.raises(ConfigError, match="silver_trees"):
         load_trees(_cfg(tmp_path, name="wsj_semi", treebank_dir=str(treebank)))
+
+
+def test_constituents_are_the_spans_of_two_words_or_more_in_preorder():
+    (t,) = parse_bracketed(
+        "(S (NP (DT The) (NN dog)) (VP (VBD saw) (NP (DT a) (JJ big) (NN cat)) (PP (IN on) (NP (PRP it))))"
+        " (. .))"
+    )
+    assert [to_string(c) for c in constituents([t, t])] == 2 * [
+        "(NP (DT The) (NN dog))",
+        "(VP (VBD saw) (NP (DT a) (JJ big) (NN cat)) (PP (IN on) (NP (PRP it))))",
+        "(NP (DT a) (JJ big) (NN cat))",
+        "(PP (IN on) (NP (PRP it)))",
+    ]  # not the whole tree, not (NP it): one word is a tag's guess, not a bracket to place
+
+
+def test_constituent_pairs_add_training_pairs_only(tmp_path, treebank):
+    base = parsing_corpus(_cfg(tmp_path, treebank_dir=str(treebank)))
+    more = parsing_corpus(_cfg(tmp_path, treebank_dir=str(treebank), constituent_pairs=True))
+    train = load_trees(_cfg(tmp_path, treebank_dir=str(treebank)))["train"]
+    n = len(base.splits["train"])
+    assert more.splits["train"].src[:n] == base.splits["train"].src and more.key != base.key
+    extra = list(zip(more.splits["train"].src[n:], more.splits["train"].tgt[n:]))
+    assert len(extra) == len(constituents(train)) > n
+    assert all(t.split().count("XX") == len(s.split()) >= 2 for s, t in extra)
+    for split in ("dev", "test"):
+        assert more.splits[split].src == base.splits[split].src and more.gold[split] == base.gold[split]
 
 
 def test_missing_treebank_is_a_clear_error(tmp_path):

@@ -45,7 +45,7 @@ def test_a_record_without_file_hashes_compares_the_one_hash():
 
 def test_a_record_holds_the_hash_of_each_result_file():
     files = results.code_file_hashes()
-    assert sorted(files) == results.code_files()
+    assert sorted(files) == sorted([*results.code_files(), "config.py#parsing"])
     import hashlib
 
     assert files["model.py"] == hashlib.sha256((ROOT / "ablate" / "model.py").read_bytes()).hexdigest()[:12]
@@ -95,3 +95,45 @@ def test_every_definition_named_as_deciding_no_result_exists():
         assert name in results.code_files()
         top = {n.name for n in ast.parse((ROOT / "ablate" / name).read_text()).body if hasattr(n, "name")}
         assert set(defs) <= top, f"{name}: {set(defs) - top} is not a top-level definition"
+
+
+def test_the_parsers_config_fields_are_hashed_apart_from_the_rest_of_config_py(tmp_path):
+    """A new or edited parsing field changes the part "config.py#parsing" (which only parsing runs run) and
+    leaves "config.py" as it was; an edit to any other field changes "config.py" and not the part."""
+    import dataclasses
+    import hashlib
+
+    from ablate.config import DataConfig
+
+    assert set(results.PARSING_FIELDS) <= {f.name for f in dataclasses.fields(DataConfig)}
+    text = (ROOT / "ablate" / "config.py").read_text()
+
+    def parts(source: str) -> tuple[str, str]:
+        (tmp_path / "config.py").write_text(source)
+        return tuple(
+            hashlib.sha256(results.result_source(n, tmp_path)).hexdigest()
+            for n in results._parts("config.py")
+        )
+
+    general, parsing = parts(text)
+    edited = text.replace("constituent_pairs: bool = False", "constituent_pairs: bool = True")
+    assert parts(edited)[0] == general and parts(edited)[1] != parsing
+    edited = text.replace("max_len: int = 256", "max_len: int = 255")
+    assert parts(edited)[0] != general and parts(edited)[1] == parsing
+    assert not task_runs("translation", "config.py#parsing") and task_runs("parsing", "config.py#parsing")
+
+
+def test_only_the_parser_reads_the_parsing_fields():
+    """What PARSING_FIELDS rests on: outside ablate/parsing/, result code reads those fields only in the
+    treebank's fingerprint, which only the wsj sources call (Python's parser finds every `.field`)."""
+    import ast
+
+    readers = set()
+    for name in results.code_files():
+        if name.startswith("parsing/"):
+            continue
+        tree = ast.parse((ROOT / "ablate" / name).read_text())
+        for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
+            if any(isinstance(a, ast.Attribute) and a.attr in results.PARSING_FIELDS for a in ast.walk(fn)):
+                readers.add(f"{name}:{fn.name}")
+    assert readers == {"data/corpora.py:_parsing_fingerprint"}

@@ -2,9 +2,9 @@
 
 * :func:`parsing_corpus` turns a treebank into the parallel text the datamodule prepares: the source is
   a sentence's words, the target its linearized tree (:func:`ablate.parsing.linearize.linearize`).
-  Train is WSJ 02-21 (plus ``data.silver_trees`` for ``data.name=wsj_semi``), dev 22, test 23, read
-  from ``data.treebank_dir`` or from the built-in treebank (``data.treebank_builtin``), which is written
-  once into ``<cache_dir>/treebanks/``.
+  Train is WSJ 02-21 (plus ``data.silver_trees`` for ``data.name=wsj_semi``, plus each tree's constituents
+  for ``data.constituent_pairs``), dev 22, test 23, read from ``data.treebank_dir`` or from the built-in
+  treebank (``data.treebank_builtin``), which is written once into ``<cache_dir>/treebanks/``.
 * The gold trees of dev and test go with the prepared corpus: :class:`ParsingCorpus` writes
   ``dev.gold.mrg`` / ``test.gold.mrg`` (one cleaned tree a line, POS tags kept, since EVALB deletes
   punctuation by the gold tags) next to ``dev.src.txt``; :func:`gold_trees` reads them back.
@@ -21,7 +21,7 @@ from ablate.config import ConfigError, DataConfig
 from ablate.data import sources
 from ablate.parsing.builtin import BUILTIN_VERSION, write_builtin_treebank
 from ablate.parsing.linearize import LANGUAGES
-from ablate.parsing.tree import Tree, parse_bracketed, to_string
+from ablate.parsing.tree import Tree, parse_bracketed, to_string, words
 from ablate.parsing.wsj import load_silver, load_split, parallel_text
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "ParsingCorpus",
     "treebank_root",
     "load_trees",
+    "constituents",
     "parsing_corpus",
     "gold_path",
     "gold_trees",
@@ -96,10 +97,27 @@ def load_trees(cfg: DataConfig) -> dict[str, list[Tree]]:
     trees = {split: load_split(root, split) for split in ("train", "dev", "test")}
     if cfg.silver_trees:
         trees["train"] = trees["train"] + load_silver(cfg.silver_trees)
+    if cfg.constituent_pairs:
+        trees["train"] = trees["train"] + constituents(trees["train"])
     for split in ("train", "dev"):
         if not trees[split]:
             raise sources.DataError(f"{root}: no {split} trees (sections of the {split} split are empty)")
     return trees
+
+
+def constituents(trees: list[Tree]) -> list[Tree]:
+    """Each constituent of two or more words of each tree, as a tree of its own, the whole tree left out
+    (``data.constituent_pairs``, not in the paper). A short span and its subtree show the model which source
+    words an output bracket covers, which 3,669 whole sentences alone do not teach it on the WSJ sample."""
+    out: list[Tree] = []
+    for tree in trees:
+        stack = tree.children[::-1]
+        while stack:  # in preorder, as they are written
+            node = stack.pop()
+            if not node.is_preterminal:
+                out += [node] if len(words(node)) >= 2 else []
+                stack += node.children[::-1]
+    return out
 
 
 def _split(trees: list[Tree], language: str) -> sources.Split:

@@ -88,11 +88,14 @@ def _what_ran(r: Run) -> str:
     """A run's name and what decides its F1 beyond the row: steps, beam, tree language, training trees."""
     data = r.rec.get("data") or {}
     train = ((data.get("splits") or {}).get("train") or {}).get("pairs")
-    decode = r.cfg("decode") or {}
+    decode, cfg_data = r.cfg("decode") or {}, r.cfg("data") or {}
+    pairs = "training trees"
+    if cfg_data.get("constituent_pairs"):
+        pairs = "training pairs (trees and their constituents)"
     parts = [
         f"{r.rec.get('steps', '?'):,} steps" if isinstance(r.rec.get("steps"), int) else "steps ?",
         f"beam {decode.get('beam', '?')}",
-        f"tgt_lang {(r.cfg('data') or {}).get('tgt_lang', '?')}",
-        f"{train:,} training trees" if isinstance(train, int) else "training trees ?",
+        f"tgt_lang {cfg_data.get('tgt_lang', '?')}",
+        f"{train:,} {pairs}" if isinstance(train, int) else f"{pairs} ?",
     ]
     return f"{r.rec['run_id']} ({', '.join(parts)}; command: {r.rec.get('sweep') or '?'})"
