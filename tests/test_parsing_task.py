@@ -204,6 +204,10 @@ def test_experiment_configs():
     for line in ("name: cpu_parsing", "treebank_builtin: true", "beam: 4", "d_model: 1024"):
         assert line in builtin, line
     assert "name: tiny" in job("experiment=wsj_parsing_builtin", "scale=tiny", "recipe=tiny")
+    cpu = job("experiment=wsj_parsing_cpu", "data.treebank_dir=/ptb/sample")
+    for line in ("tgt_lang: tree_words", "constituent_pairs: true", "vocab_size: 4000", "max_steps: 25000"):
+        assert line in cpu, line
+    assert "constituent_pairs: false" in paper  # the paper's setting: whole trees only
 
 
 @pytest.mark.slow
