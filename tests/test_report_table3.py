@@ -374,11 +374,15 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     res = tmp_path / "results"
     _write_run(res, "base", 1, extra_metrics={"test_bleu": 26.1, "test_bleu_tok": 26.9})
     _write_run(res, "base", 2, extra_metrics={"test_bleu": 26.5, "test_bleu_tok": 27.1})
-    _write_run(
+    parse4 = _write_run(
         res, "parse4", 1, task="parsing",
         extra_metrics={"f1": 90.0, "test_f1": 91.0, "test_n_error": 2, "test_n_repaired": 5, "test_n": 118,
                        "test_f1_flat": 9.147},
     )  # fmt: skip
+    rec = json.loads((parse4 / "record.json").read_text())  # trained with constituent pairs
+    rec["config"]["data"]["constituent_pairs"] = True
+    rec["data"] = {"splits": {"train": {"pairs": 59006}}}
+    (parse4 / "record.json").write_text(json.dumps(rec))
     extra = {"f1": 89.5, "n_repaired": 3, "n": 127, "f1_flat": 9.95}
     _write_run(res, "parse5", 1, task="parsing", extra_metrics=extra)  # not yet decoded on 23
     assert main(["table2", "--results", "results", "--out", "t2.md", "--quiet"]) == 0
@@ -399,6 +403,7 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     # the runs it chose, named, with what decides their F1 beyond the row
     assert "ours: parse4 (section 23): parse4-" in t4 and "ours: parse5 (dev 22): parse5-" in t4
     assert "beam 4" in t4 and "tgt_lang" in t4
+    assert "59,006 training pairs (trees and their constituents)" in t4  # not 59,006 trees
     assert "| Dyer et al. (2016) [8] | generative | 93.3 |" in t4
 
 
