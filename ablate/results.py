@@ -395,7 +395,7 @@ def result_source(name: str, root: Path | None = None) -> bytes:
         return data
     tree = ast.parse(data)
     drop = _def_lines(tree, names or ())
-    fields = _field_lines(tree, PARSING_FIELDS)
+    fields = _field_lines(tree, PARSING_FIELDS) if path == "config.py" else set()
     lines = data.splitlines(keepends=True)
     keep = fields if part else set(range(len(lines))) - drop - fields
     return b"".join(line for i, line in enumerate(lines) if i in keep and line.strip())
