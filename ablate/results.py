@@ -365,12 +365,13 @@ def code_hash() -> str:
 
 # Result code that only one task runs (a translation run never imports the parser: tests/test_staleness.py
 # checks it in a real run), so that editing the parser leaves translation records current.
-TASK_ONLY_CODE = {"parsing": ("parsing/", "config.py#parsing")}
-
 # Config fields that only the parser reads (ablate/parsing/task.py and the treebank's fingerprint). Their
-# lines are hashed apart from the rest of their file, as the part "config.py#parsing", which only parsing
-# runs run: a new parsing option leaves translation records current.
+# lines are hashed apart from the rest of their file, as the part PARSING_PART, which only parsing runs
+# run: a new parsing option leaves translation records current.
 PARSING_FIELDS = ("treebank_dir", "treebank_builtin", "silver_trees", "constituent_pairs")
+PARSING_FIELDS_FILE = "config.py"
+PARSING_PART = f"{PARSING_FIELDS_FILE}#parsing"
+TASK_ONLY_CODE = {"parsing": ("parsing/", PARSING_PART)}
 
 
 # Top-level definitions inside result files that decide no result: a command line, a progress bar, the
@@ -386,8 +387,8 @@ NOT_RESULT_DEFS = {
 def result_source(name: str, root: Path | None = None) -> bytes:
     """The bytes of result file `name` (under `root`, the package by default) that decide results: the file
     less its NOT_RESULT_DEFS definitions (decorators included, found by Python's parser), less the lines of
-    its PARSING_FIELDS and less its blank lines; the file itself where it names none. For the part
-    "config.py#parsing", the lines of the PARSING_FIELDS only."""
+    its PARSING_FIELDS and less its blank lines; the file itself where it names none. For PARSING_PART, the
+    lines of the PARSING_FIELDS only."""
     path, _, part = name.partition("#")
     data = ((root or Path(__file__).parent) / path).read_bytes()
     names = NOT_RESULT_DEFS.get(path)
@@ -395,7 +396,7 @@ def result_source(name: str, root: Path | None = None) -> bytes:
         return data
     tree = ast.parse(data)
     drop = _def_lines(tree, names or ())
-    fields = _field_lines(tree, PARSING_FIELDS) if path == "config.py" else set()
+    fields = _field_lines(tree, PARSING_FIELDS) if path == PARSING_FIELDS_FILE else set()
     lines = data.splitlines(keepends=True)
     keep = fields if part else set(range(len(lines))) - drop - fields
     return b"".join(line for i, line in enumerate(lines) if i in keep and line.strip())
@@ -422,8 +423,8 @@ def _field_lines(tree: ast.Module, names: tuple[str, ...]) -> set[int]:
 
 
 def _parts(name: str) -> list[str]:
-    """A result file's hashed parts: the file, and "config.py#parsing" beside config.py."""
-    return [name, f"{name}#parsing"] if name == "config.py" else [name]
+    """A result file's hashed parts: the file, and PARSING_PART beside the file of the parsing fields."""
+    return [name, PARSING_PART] if name == PARSING_FIELDS_FILE else [name]
 
 
 def code_file_hashes() -> dict[str, str]:

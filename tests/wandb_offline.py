@@ -55,8 +55,9 @@ def summary(path: str | Path) -> dict:
     offline run."""
     from wandb.proto import wandb_internal_pb2 as pb
 
-    out: dict = {"config": {}, "history": [], "summary": {}, "run": {}, "metrics": {}, "artifacts": []}
-    out["exited"] = False  # the run's exit record is there: the file is whole
+    # exited: the run's exit record is there, the file is whole
+    out: dict = {"config": {}, "history": [], "summary": {}, "run": {}, "metrics": {}, "artifacts": [],
+                 "exited": False}  # fmt: skip
     for raw in records(path):
         rec = pb.Record()
         rec.ParseFromString(raw)

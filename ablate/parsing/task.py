@@ -114,9 +114,11 @@ def constituents(trees: list[Tree]) -> list[Tree]:
         stack = tree.children[::-1]
         while stack:  # in preorder, as they are written
             node = stack.pop()
-            if not node.is_preterminal:
-                out += [node] if len(words(node)) >= 2 else []
-                stack += node.children[::-1]
+            if node.is_preterminal:
+                continue
+            if len(words(node)) >= 2:
+                out.append(node)
+            stack += node.children[::-1]
     return out
 
 
