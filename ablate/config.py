@@ -144,6 +144,7 @@ class DecodeConfig:
     max_len_a: float = 1.0  # max output length = a * input length + b (6.1: input + 50)
     max_len_b: int = 50
     dev_limit: int | None = None  # decode only the first N dev sentences (None: all)
+    well_formed: bool = False  # task=parsing: only well-formed trees over the source (parsing/constrain.py)
 
 
 @dataclass

@@ -166,6 +166,10 @@ class TranslationModule(pl.LightningModule):
     def translate(self, b: Batch) -> list[list[int]]:
         d = self.cfg.decode
         stepper = CachedStepper(self.model)
+        if self.cfg.task == "parsing" and d.well_formed:  # only trees over the source's words
+            from ablate.parsing.constrain import tree_stepper
+
+            stepper = tree_stepper(stepper, self.cfg)
         if d.method == "greedy":
             out = greedy_search(stepper, b.src, b.src_lengths, BOS, EOS, d.max_len_a, d.max_len_b)
         else:

@@ -368,7 +368,7 @@ def code_hash() -> str:
 # Config fields that only the parser reads (ablate/parsing/task.py and the treebank's fingerprint). Their
 # lines are hashed apart from the rest of their file, as the part PARSING_PART, which only parsing runs
 # run: a new parsing option leaves translation records current.
-PARSING_FIELDS = ("treebank_dir", "treebank_builtin", "silver_trees", "constituent_pairs")
+PARSING_FIELDS = ("treebank_dir", "treebank_builtin", "silver_trees", "constituent_pairs", "well_formed")
 PARSING_FIELDS_FILE = "config.py"
 PARSING_PART = f"{PARSING_FIELDS_FILE}#parsing"
 TASK_ONLY_CODE = {"parsing": ("parsing/", PARSING_PART)}

@@ -16,7 +16,8 @@ from __future__ import annotations
 from .tree import Tree
 
 __all__ = [
-    "XX", "LANGUAGES", "linearize", "readable", "delinearize", "delinearize_with_report", "strip_tags",
+    "XX", "LANGUAGES", "linearize", "spell", "readable", "delinearize", "delinearize_with_report",
+    "strip_tags",
 ]  # fmt: skip
 
 XX = "XX"  # the placeholder for every preterminal, as in Vinyals et al. 2015
@@ -50,20 +51,24 @@ def linearize(tree: Tree, language: str = "tree") -> str:
     ``(S (NP XX XX )NP (VP XX )VP XX )S``."""
     if language not in LANGUAGES:
         raise ValueError(f"unknown tree language {language!r} (one of {', '.join(LANGUAGES)})")
-    spell = (lambda tok: tok) if language == "tree" else (lambda tok: SYMBOL.get(tok, tok))
     out: list[str] = []
     stack: list[Tree | str] = [tree]  # a str on the stack is a closing token waiting to be emitted
     while stack:
         item = stack.pop()
         if isinstance(item, str):
-            out.append(spell(item))
+            out.append(spell(item, language))
         elif item.is_preterminal:
-            out.append(item.word or "" if language == "tree_words" else spell(XX))
+            out.append(item.word or "" if language == "tree_words" else spell(XX, language))
         else:
-            out.append(spell("(" + item.label))
+            out.append(spell("(" + item.label, language))
             stack.append(")" + item.label)
             stack.extend(reversed(item.children))
     return " ".join(out)
+
+
+def spell(token: str, language: str) -> str:
+    """How ``language`` writes the token ``(NP``, ``)NP`` or ``XX``: as it is (``tree``), or as its symbol."""
+    return token if language == "tree" else SYMBOL.get(token, token)
 
 
 def readable(target: str) -> str:
