@@ -364,14 +364,16 @@ def code_hash() -> str:
 
 
 # Result code that only one task runs (a translation run never imports the parser: tests/test_staleness.py
-# checks it in a real run), so that editing the parser leaves translation records current.
-# Config fields that only the parser reads (ablate/parsing/task.py and the treebank's fingerprint). Their
-# lines are hashed apart from the rest of their file, as the part PARSING_PART, which only parsing runs
-# run: a new parsing option leaves translation records current.
+# checks it in a real run), so that editing the parser leaves translation records current. Inside a shared
+# file, the lines that only parsing runs run are hashed apart from the rest of the file, as its part
+# "<file>#parsing" (PARSING_SUFFIX): the config fields that only the parser reads (PARSING_FIELDS: the
+# parsing code and the treebank's fingerprint read them), and the blocks under `if <cfg>.task ==
+# "parsing"` (with or without `and ...`, without an else). A new parsing option leaves translation
+# records current.
 PARSING_FIELDS = ("treebank_dir", "treebank_builtin", "silver_trees", "constituent_pairs", "well_formed")
 PARSING_FIELDS_FILE = "config.py"
-PARSING_PART = f"{PARSING_FIELDS_FILE}#parsing"
-TASK_ONLY_CODE = {"parsing": ("parsing/", PARSING_PART)}
+PARSING_SUFFIX = "#parsing"
+TASK_ONLY_CODE = {"parsing": ("parsing/",)}
 
 
 # Top-level definitions inside result files that decide no result: a command line, a progress bar, the
@@ -386,19 +388,16 @@ NOT_RESULT_DEFS = {
 
 def result_source(name: str, root: Path | None = None) -> bytes:
     """The bytes of result file `name` (under `root`, the package by default) that decide results: the file
-    less its NOT_RESULT_DEFS definitions (decorators included, found by Python's parser), less the lines of
-    its PARSING_FIELDS and less its blank lines; the file itself where it names none. For PARSING_PART, the
-    lines of the PARSING_FIELDS only."""
+    less its NOT_RESULT_DEFS definitions (decorators included, found by Python's parser), less its parsing
+    lines (PARSING_SUFFIX) and less its blank lines. For the part "<file>#parsing", the file's parsing
+    lines only."""
     path, _, part = name.partition("#")
     data = ((root or Path(__file__).parent) / path).read_bytes()
-    names = NOT_RESULT_DEFS.get(path)
-    if not names and not part:
-        return data
     tree = ast.parse(data)
-    drop = _def_lines(tree, names or ())
-    fields = _field_lines(tree, PARSING_FIELDS) if path == PARSING_FIELDS_FILE else set()
+    drop = _def_lines(tree, NOT_RESULT_DEFS.get(path, ()))
+    parsing = _parsing_lines(tree, path)
     lines = data.splitlines(keepends=True)
-    keep = fields if part else set(range(len(lines))) - drop - fields
+    keep = parsing if part else set(range(len(lines))) - drop - parsing
     return b"".join(line for i, line in enumerate(lines) if i in keep and line.strip())
 
 
@@ -412,19 +411,40 @@ def _def_lines(tree: ast.Module, names: tuple[str, ...]) -> set[int]:
     return out
 
 
-def _field_lines(tree: ast.Module, names: tuple[str, ...]) -> set[int]:
-    """0-based lines of the annotated class fields named `names` (`name: type = default`)."""
+def _parsing_lines(tree: ast.Module, path: str) -> set[int]:
+    """0-based lines that only parsing runs run: the PARSING_FIELDS (`name: type = default` in a class of
+    PARSING_FIELDS_FILE) and the `if <x>.task == "parsing"` blocks."""
     out: set[int] = set()
-    for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):
-        for node in cls.body:
-            if isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) in names:
-                out.update(range(node.lineno - 1, node.end_lineno or node.lineno))
+    for node in ast.walk(tree):
+        field = isinstance(node, ast.AnnAssign) and getattr(node.target, "id", None) in PARSING_FIELDS
+        if (field and path == PARSING_FIELDS_FILE) or (isinstance(node, ast.If) and _parsing_only(node)):
+            out.update(range(node.lineno - 1, node.end_lineno or node.lineno))
     return out
 
 
-def _parts(name: str) -> list[str]:
-    """A result file's hashed parts: the file, and PARSING_PART beside the file of the parsing fields."""
-    return [name, PARSING_PART] if name == PARSING_FIELDS_FILE else [name]
+def _parsing_only(node: ast.If) -> bool:
+    """`if x.task == "parsing":` or `if x.task == "parsing" and ...:`, with no else."""
+    test = (
+        node.test.values[0]
+        if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And)
+        else node.test
+    )
+    return (
+        not node.orelse
+        and isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Attribute)
+        and test.left.attr == "task"
+        and len(test.ops) == 1
+        and isinstance(test.ops[0], ast.Eq)
+        and isinstance(test.comparators[0], ast.Constant)
+        and test.comparators[0].value == "parsing"
+    )
+
+
+def _parts(name: str, root: Path | None = None) -> list[str]:
+    """A result file's hashed parts: the file, and "<file>#parsing" where it has parsing lines."""
+    tree = ast.parse(((root or Path(__file__).parent) / name).read_bytes())
+    return [name, name + PARSING_SUFFIX] if _parsing_lines(tree, name) else [name]
 
 
 def code_file_hashes() -> dict[str, str]:
@@ -441,9 +461,11 @@ def _file_hashes() -> tuple[tuple[str, str], ...]:
 
 
 def task_runs(task: str, name: str) -> bool:
-    """Whether a run of `task` runs result file `name`."""
-    others = [p for t, prefixes in TASK_ONLY_CODE.items() if t != task for p in prefixes]
-    return not any(name.startswith(p) for p in others)
+    """Whether a run of `task` runs result file (or part) `name`."""
+    for only, prefixes in TASK_ONLY_CODE.items():
+        if name.startswith(prefixes) or name.endswith("#" + only):
+            return only == task
+    return True
 
 
 def stale_code(rec: dict[str, Any], today: dict[str, str], today_hash: str) -> str | None:

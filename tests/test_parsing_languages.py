@@ -83,8 +83,9 @@ def test_every_label_seen_twice_is_one_piece_of_the_recipes_vocabulary(sample, t
 @pytest.mark.slow
 def test_the_cpu_recipe_learns_a_parser_on_the_sample(ptb_sample_dir, tmp_path):
     """experiment=wsj_parsing_cpu for 2,000 of its 25,000 steps (about 4 minutes on 2 cores): its vocabulary,
-    learned on its own training text, keeps every bracket label a piece of its own, and its dev F1 is well
-    above that of one flat tree per sentence, computed here from the gold trees of section 22."""
+    learned on its own training text, keeps every bracket label a piece of its own, its dev F1 is well
+    above that of one flat tree per sentence, computed here from the gold trees of section 22, and its
+    search (decode.well_formed) leaves the reader nothing to repair."""
     cmd = [sys.executable, "-m", "ablate.run", "experiment=wsj_parsing_cpu",
            f"data.treebank_dir={ptb_sample_dir}", "train.max_steps=2000", "train.bleu_every=0",
            "trainer.threads=2", "trainer.progress_bar=false",
@@ -99,6 +100,7 @@ def test_the_cpu_recipe_learns_a_parser_on_the_sample(ptb_sample_dir, tmp_path):
     floor = evalb(gold, flat).summary().fmeasure
     assert m["f1_flat"] == pytest.approx(floor)
     assert m["f1"] >= 1.5 * floor, (m["f1"], floor)
+    assert m["n_repaired"] == 0  # decode.well_formed: every output is a tree over the sentence's words
 
     (prepared,) = (tmp_path / "c" / "data").glob("*/train.tgt.txt")
     _labels_are_pieces(prepared)

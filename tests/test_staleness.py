@@ -45,10 +45,12 @@ def test_a_record_without_file_hashes_compares_the_one_hash():
 
 def test_a_record_holds_the_hash_of_each_result_file():
     files = results.code_file_hashes()
-    assert sorted(files) == sorted([*results.code_files(), "config.py#parsing"])
+    parts = [f"{n}#parsing" for n in ("config.py", "evaluate.py", "lit.py", "worker.py")]
+    assert sorted(files) == sorted([*results.code_files(), *parts])
     import hashlib
 
-    assert files["model.py"] == hashlib.sha256((ROOT / "ablate" / "model.py").read_bytes()).hexdigest()[:12]
+    lines = (ROOT / "ablate" / "model.py").read_bytes().splitlines(keepends=True)
+    assert files["model.py"] == hashlib.sha256(b"".join(x for x in lines if x.strip())).hexdigest()[:12]
     bad = {"run_id": "r", "status": "finished", "code_files": ["model.py"]}
     assert results.record_problem(bad) == '"code_files" is a list, not an object'
 
@@ -103,9 +105,10 @@ def test_the_parsers_config_fields_are_hashed_apart_from_the_rest_of_config_py(t
     import dataclasses
     import hashlib
 
-    from ablate.config import DataConfig
+    from ablate.config import DataConfig, DecodeConfig
 
-    assert set(results.PARSING_FIELDS) <= {f.name for f in dataclasses.fields(DataConfig)}
+    fields = {f.name for cls in (DataConfig, DecodeConfig) for f in dataclasses.fields(cls)}
+    assert set(results.PARSING_FIELDS) <= fields
     text = (ROOT / "ablate" / "config.py").read_text()
 
     def parts(source: str) -> tuple[str, str]:
@@ -125,7 +128,8 @@ def test_the_parsers_config_fields_are_hashed_apart_from_the_rest_of_config_py(t
 
 def test_only_the_parser_reads_the_parsing_fields():
     """What PARSING_FIELDS rests on: outside ablate/parsing/, result code reads those fields only in the
-    treebank's fingerprint, which only the wsj sources call (Python's parser finds every `.field`)."""
+    treebank's fingerprint, which only the wsj sources call, and inside the blocks that only parsing runs
+    run (`if cfg.task == "parsing"`, hashed apart too). Python's parser finds every `.field`."""
     import ast
 
     readers = set()
@@ -133,7 +137,44 @@ def test_only_the_parser_reads_the_parsing_fields():
         if name.startswith("parsing/"):
             continue
         tree = ast.parse((ROOT / "ablate" / name).read_text())
+        guarded = results._parsing_lines(tree, name)
         for fn in (n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)):
-            if any(isinstance(a, ast.Attribute) and a.attr in results.PARSING_FIELDS for a in ast.walk(fn)):
-                readers.add(f"{name}:{fn.name}")
+            for a in ast.walk(fn):
+                if (
+                    isinstance(a, ast.Attribute)
+                    and a.attr in results.PARSING_FIELDS
+                    and a.lineno - 1 not in guarded
+                ):
+                    readers.add(f"{name}:{fn.name}")
     assert readers == {"data/corpora.py:_parsing_fingerprint"}
+
+
+def test_blocks_only_parsing_runs_run_are_hashed_apart(tmp_path):
+    """An edit inside `if cfg.task == "parsing":` (alone or with `and ...`) changes the part
+    "<file>#parsing" and leaves the file's hash as it was; an edit outside changes the file; a block with
+    an else is no such block (a translation run runs the else)."""
+    import hashlib
+
+    text = (ROOT / "ablate" / "worker.py").read_text()
+    guard = '    if cfg.task == "parsing":\n'
+    assert text.count(guard) == 1
+
+    def parts(source: str) -> tuple[str, ...]:
+        (tmp_path / "worker.py").write_text(source)
+        return tuple(
+            hashlib.sha256(results.result_source(n, tmp_path)).hexdigest()
+            for n in ("worker.py", "worker.py#parsing")
+        )
+
+    general, parsing = parts(text)
+    inside = text.replace(guard, guard + "        x = 1\n")
+    assert parts(inside)[0] == general and parts(inside)[1] != parsing
+    both = text.replace(guard, '    if cfg.task == "parsing" and cfg.seed:\n')
+    assert parts(both)[0] == general
+    outside = text.replace(guard, "    x = 1\n" + guard)
+    assert parts(outside)[0] != general and parts(outside)[1] == parsing
+    body = text[text.index(guard) + len(guard) :].split("\n    module = ")[0]
+    with_else = text.replace(guard + body, guard + body + "\n    else:\n        pass")
+    assert with_else != text and parts(with_else)[0] != general
+    assert set(results._parts("worker.py")) == {"worker.py", "worker.py#parsing"}
+    assert not task_runs("translation", "worker.py#parsing") and task_runs("parsing", "worker.py#parsing")

@@ -1,7 +1,7 @@
 """Decoding that writes only well-formed trees over the source words (decode.well_formed, a named option).
 
 Vinyals et al. 2015 decode freely and repair what is malformed. A small model writes many malformed trees
-(a bracket closed under the wrong label, a second root, a skipped word), and every repair costs F1.
+(a bracket closed under the wrong label, a second root, a missing word), and every repair costs F1.
 `TreeStepper` wraps any `decode.Stepper`: before the search sees a row's next-token scores, it sets to
 -inf every piece that cannot continue a well-formed linearized tree of the row's source, so the search
 (greedy or beam, unchanged) ranks only trees that
@@ -11,17 +11,19 @@ Vinyals et al. 2015 decode freely and repair what is malformed. A small model wr
 3. write one leaf per source word: XX (`tree`, `tree_sym`), or any word (`tree_words`: the reader places
    the source's words by position, so a leaf's text decides nothing; forcing the source's own words
    measured worse, as the model's copy of a rare word drifts and the forced word then drives it off);
-4. open a bracket only while a word is left to go in it, and while the output can still end within its
-   length cap (6.3: input + 300), counting the fewest pieces each remaining token can be spelled with.
+4. open a bracket only while a word is left to go in it, and write no piece after which the output could
+   no longer end within its length cap (6.3: input + 300).
 
-The grammar reads whole tokens (`(NP`, `)NP`, a word); a token may be written in any of the vocabulary's
-spellings of it ("▁(NP" or "▁" "(NP"), so the constraint needs no knowledge of how sentencepiece split
-the training text. The log-softmax the search takes over the allowed pieces renormalizes among them.
+The grammar reads whole tokens (`(NP`, `)NP`, `XX`, a word). A bracket or XX is written in the pieces
+sentencepiece splits it into (what the model was trained on), so each costs a known number of pieces; a
+`tree_words` leaf is any run of word pieces, budgeted at its source word's pieces and cut short by rule 4.
+The log-softmax the search takes over the allowed pieces renormalizes among them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,63 +35,60 @@ from ablate.decode import Stepper, max_output_lengths
 from .linearize import PTB_LABELS, XX, spell
 
 SPACE = "\u2581"  # sentencepiece's word boundary, the first character of a word's first piece
-UNK_TEXT = "\x00"  # the unknown piece's text inside a word: no treebank text holds it
+ANY_WORD = "\x01"  # a tree_words leaf: any word, as the reader trusts a leaf's position, not its text
 
 
 class PieceTable:
-    """The vocabulary's pieces as text, both ways, and the spellings of a token in pieces."""
+    """The vocabulary's pieces as text, both ways, and each token's spelling in pieces."""
 
-    def __init__(self, pieces: list[str | None]):
-        self.text = pieces  # id -> text; None for control ids (PAD, BOS, EOS), never part of a token
+    def __init__(self, pieces: list[str | None], segment: Callable[[str], list[str]]):
+        self.text = pieces  # id -> text; None for control ids (PAD, BOS, EOS) and the unknown piece
         self.id = {t: i for i, t in enumerate(pieces) if t is not None}
-        self._starts: dict[str, tuple[int, ...]] = {}
-        self._fewest: dict[str, int] = {}
+        self.segment = segment  # a word -> its pieces' texts, "▁" first, as sentencepiece splits it
+        self._spelling: dict[str, tuple[int, ...]] = {}
 
     @classmethod
     def from_processor(cls, sp) -> PieceTable:
         def text(i: int) -> str | None:
-            return None if sp.is_control(i) else UNK_TEXT if sp.is_unknown(i) else sp.id_to_piece(i)
+            return None if sp.is_control(i) or sp.is_unknown(i) else sp.id_to_piece(i)
 
-        return cls([text(i) for i in range(sp.get_piece_size())])
+        pieces = [text(i) for i in range(sp.get_piece_size())]
+        return cls(pieces, lambda word: sp.encode(word, out_type=str))
 
-    def starts(self, token: str) -> tuple[int, ...]:
-        """Pieces that can begin `token` after a boundary: "▁" + token[:j], j = 0 .. len(token)."""
-        if token not in self._starts:
-            spelled = SPACE + token
-            found = (self.id.get(spelled[:j]) for j in range(1, len(spelled) + 1))
-            self._starts[token] = tuple(i for i in found if i is not None)
-        return self._starts[token]
+    def spelling(self, token: str) -> tuple[int, ...]:
+        """The pieces of "▁" + token as sentencepiece splits it; () when a character is not a piece."""
+        if token not in self._spelling:
+            ids = [self.id.get(t) for t in self.segment(token)]
+            self._spelling[token] = () if None in ids else tuple(ids)
+        return self._spelling[token]
 
-    def continuations(self, token: str, written: int) -> list[int]:
-        """Pieces that continue "▁" + token after its first `written` characters."""
-        spelled = SPACE + token
-        found = (self.id.get(spelled[written:j]) for j in range(written + 1, len(spelled) + 1))
-        return [i for i in found if i is not None]
+    def next_piece(self, token: str, written: str) -> list[int]:
+        """The piece of `token`'s spelling that follows the text `written` ([] if `written` is no prefix
+        of the spelling at a piece boundary)."""
+        done = ""
+        for i in self.spelling(token):
+            if done == written:
+                return [i]
+            done += self.text[i]
+        return []
 
-    def fewest(self, token: str) -> int:
-        """The fewest pieces that spell "▁" + token (a large number when none does)."""
-        if token not in self._fewest:
-            spelled = SPACE + token
-            best = [0] + [len(spelled) + 1_000] * len(spelled)  # best[j]: fewest pieces for spelled[:j]
-            for j in range(1, len(spelled) + 1):
-                best[j] = min([best[i] + 1 for i in range(j) if spelled[i:j] in self.id] + [best[j]])
-            self._fewest[token] = best[-1]
-        return self._fewest[token]
-
-    def count_words(self, ids: list[int]) -> int:
-        """The words of a source row (ids, EOS and padding included): its pieces that begin one."""
-        text = "".join(self.text[i] or "" for i in ids if i not in (PAD, EOS))
-        return sum(1 for w in text.split(SPACE) if w)
+    def word_pieces(self, ids: list[int]) -> list[int]:
+        """The number of pieces of each word of a source row (ids, EOS and padding included)."""
+        out: list[int] = []
+        for i in ids:
+            if i in (PAD, EOS):
+                continue
+            if (self.text[i] or "").startswith(SPACE) or not out:
+                out.append(0)
+            out[-1] += 1
+        return out
 
 
 @dataclass(frozen=True)
 class Sentence:
     leaves: tuple[str, ...]  # the leaf tokens in order: one XX, or one ANY_WORD (tree_words), per word
-    need: tuple[int, ...]  # need[i]: the fewest pieces that write leaves i..end
+    need: tuple[int, ...]  # need[i]: the pieces that leaves i..end take (a word: its source's pieces)
     cap: int  # output tokens allowed, EOS included (decode.max_output_lengths)
-
-
-ANY_WORD = "\x01"  # a tree_words leaf: any word, as the reader trusts a leaf's position, not its text
 
 
 @dataclass(frozen=True)
@@ -98,10 +97,11 @@ class TreeState:
 
     stack: tuple[str, ...] = ()  # labels of the open constituents, the root first
     filled: bool = False  # the innermost open constituent has a child
-    words: int = 0  # leaves written
+    words: int = 0  # leaves written whole
     pieces: int = 0  # pieces written (EOS not included)
     partial: str = ""  # the text of the token being written, from its "▁"
-    opens_ok: bool = True  # the token being written may be an opening bracket (room was left for it)
+    open_budget: int = 0  # the pieces an opening bracket begun with `partial` may take, its close included
+    close_debt: int = 0  # the pieces that closing the open constituents takes
     closed: bool = False  # the root is closed: EOS is all that may follow
     dead: bool = False  # a piece no well-formed tree allows was fed: a row the search has already dropped
 
@@ -119,52 +119,63 @@ class TreeGrammar:
     def __init__(self, table: PieceTable, language: str, max_len_a: float, max_len_b: int):
         self.table, self.language, self.a, self.b = table, language, max_len_a, max_len_b
         self.any_word = language == "tree_words"
-        self.opens = {spell("(" + label, language): label for label in PTB_LABELS}
-        self.closes = {label: spell(")" + label, language) for label in PTB_LABELS}
-        self.open_starts = sorted({i for tok in self.opens for i in table.starts(tok)})
-        # the most pieces an opening bracket and its closing one take, at their shortest spelling
-        self.open_cost = max(table.fewest(t) for t in self.opens)
-        self.close_cost = max(table.fewest(t) for t in self.closes.values())
-        self._brackets = {c for t in (*self.opens, *self.closes.values()) for c in t if language != "tree"}
+        # the labels whose brackets the vocabulary spells (a label absent from the training text may not be)
+        labels = [x for x in PTB_LABELS if all(table.spelling(spell(b + x, language)) for b in "()")]
+        self.opens = {spell("(" + label, language): label for label in labels}
+        self.closes = {label: spell(")" + label, language) for label in labels}
+        self.close_cost = {label: len(table.spelling(t)) for label, t in self.closes.items()}
+        # the pieces each opening bracket takes with its close, and its first piece
+        self.open_cost = {t: len(table.spelling(t)) + self.close_cost[x] for t, x in self.opens.items()}
+        self.open_starts = sorted((c, table.spelling(t)[0]) for t, c in self.open_cost.items())
+        self._brackets = {c for t in (*self.opens, *self.closes.values()) for c in t}
         text = [t or "" for t in table.text]
         self.word_start = torch.tensor([t[:1] == SPACE and self._is_word(t[1:]) for t in text])
         self.word_more = torch.tensor([t[:1] != SPACE and self._is_word(t) for t in text])
+        self.bare_space = [table.id[SPACE]] if SPACE in table.id else []
 
     def _is_word(self, text: str) -> bool:
         return bool(text) and not any(c in self._brackets for c in text)
 
-    def _spells(self, token: str, partial: str) -> bool:
+    def _begins(self, token: str, partial: str) -> bool:
         """Whether `partial` ("▁" and what follows) begins token `token`."""
         if token == ANY_WORD:
             return partial == SPACE or self._is_word(partial[1:])
         return (SPACE + token).startswith(partial)
 
     def sentence(self, src_row: list[int]) -> Sentence:
-        leaf = ANY_WORD if self.any_word else spell(XX, self.language)
-        leaves = (leaf,) * self.table.count_words(src_row)
+        lengths = self.table.word_pieces(src_row)
+        if self.any_word:
+            leaves, costs = (ANY_WORD,) * len(lengths), lengths
+        else:
+            xx = spell(XX, self.language)
+            leaves, costs = (xx,) * len(lengths), [len(self.table.spelling(xx))] * len(lengths)
         need = [0] * (len(leaves) + 1)
         for i in range(len(leaves) - 1, -1, -1):
-            need[i] = need[i + 1] + (1 if leaves[i] == ANY_WORD else self.table.fewest(leaves[i]))
-        src_len = sum(1 for i in src_row if i not in (PAD, EOS))
-        cap = int(max_output_lengths(torch.tensor([src_len]), self.a, self.b)[0])
+            need[i] = need[i + 1] + costs[i]
+        cap = int(max_output_lengths(torch.tensor([sum(lengths)]), self.a, self.b)[0])
         return Sentence(leaves, tuple(need), cap)
 
-    def _room(self, st: TreeState, s: Sentence) -> bool:
-        """Whether a bracket opened now still leaves room to close every bracket, write every remaining
-        word, and end within the cap."""
-        finish = s.need[st.words] + (len(st.stack) + 1) * self.close_cost + 1  # + EOS
-        return st.pieces + self.open_cost + finish <= s.cap
+    def _finish(self, st: TreeState, s: Sentence, words: int) -> int:
+        """The pieces that finishing the tree takes after `words` leaves: the words left, a close for each
+        open bracket, EOS."""
+        return s.need[words] + st.close_debt + 1
 
-    def tokens(self, st: TreeState, s: Sentence, opens: bool) -> list[str]:
-        """The whole tokens the tree allows next (rules 1 to 4 of the module's docstring)."""
+    def _open_budget(self, st: TreeState, s: Sentence) -> int:
+        """The pieces a bracket opened at this boundary may take with its close, for the tree to end
+        within the cap; -1 when no word is left to go in it."""
+        return s.cap - st.pieces - self._finish(st, s, st.words) if st.words < len(s.leaves) else -1
+
+    def tokens(self, st: TreeState, s: Sentence, open_budget: int) -> list[str]:
+        """The whole tokens the tree allows next, the opening brackets that take at most `open_budget`
+        pieces with their close among them (rules 1 to 4 of the module's docstring)."""
         if st.closed or st.dead:
             return []
         out = []
         words_left = st.words < len(s.leaves)
         if words_left and st.stack:
             out.append(s.leaves[st.words])
-        if words_left and opens:
-            out.extend(self.opens)
+        if words_left:
+            out.extend(t for t, cost in self.open_cost.items() if cost <= open_budget)
         if st.stack and st.filled and (len(st.stack) > 1 or not words_left):
             out.append(self.closes[st.stack[-1]])
         return out
@@ -172,17 +183,23 @@ class TreeGrammar:
     def commit(self, st: TreeState, token: str) -> TreeState:
         """The state after the whole token `token`, which `tokens` allowed."""
         if token in self.opens:
-            return dataclasses.replace(st, stack=st.stack + (self.opens[token],), filled=False, partial="")
+            label = self.opens[token]
+            debt = st.close_debt + self.close_cost[label]
+            return dataclasses.replace(
+                st, stack=st.stack + (label,), filled=False, partial="", close_debt=debt
+            )
         if st.stack and token == self.closes[st.stack[-1]]:
-            root = len(st.stack) == 1
-            return dataclasses.replace(st, stack=st.stack[:-1], filled=True, partial="", closed=root)
+            root, debt = len(st.stack) == 1, st.close_debt - self.close_cost[st.stack[-1]]
+            return dataclasses.replace(
+                st, stack=st.stack[:-1], filled=True, partial="", closed=root, close_debt=debt
+            )
         return dataclasses.replace(st, words=st.words + 1, filled=True, partial="")
 
     def _finish_token(self, st: TreeState, s: Sentence) -> TreeState:
         """At a boundary: the token being written must be one the tree allows whole."""
         if not st.partial:
             return st
-        token, allowed = st.partial[1:], self.tokens(st, s, st.opens_ok)
+        token, allowed = st.partial[1:], self.tokens(st, s, st.open_budget)
         if token in allowed or (ANY_WORD in allowed and self._is_word(token)):
             return self.commit(st, token)
         return dataclasses.replace(st, dead=True)
@@ -199,12 +216,12 @@ class TreeGrammar:
             return dataclasses.replace(st, dead=True)
         if text.startswith(SPACE):
             st = self._finish_token(st, s)
-            st = dataclasses.replace(st, partial=text, opens_ok=self._room(st, s))
+            st = dataclasses.replace(st, partial=text, open_budget=self._open_budget(st, s))
         elif st.partial:
             st = dataclasses.replace(st, partial=st.partial + text)
         else:
             return dataclasses.replace(st, dead=True)
-        allowed = any(self._spells(t, st.partial) for t in self.tokens(st, s, st.opens_ok))
+        allowed = any(self._begins(t, st.partial) for t in self.tokens(st, s, st.open_budget))
         return dataclasses.replace(st, pieces=st.pieces + 1, dead=st.dead or not allowed)
 
     def allowed(self, st: TreeState, s: Sentence) -> Allowed:
@@ -213,27 +230,26 @@ class TreeGrammar:
             return Allowed([EOS])
         out = Allowed([])
         if st.partial:
-            written = len(st.partial)
-            for t in self.tokens(st, s, st.opens_ok):
-                if t == ANY_WORD:
-                    out.word_more = self._spells(t, st.partial)
-                elif self._spells(t, st.partial):
-                    out.ids.extend(self.table.continuations(t, written))
+            for t in self.tokens(st, s, st.open_budget):
+                if t != ANY_WORD:
+                    out.ids.extend(self.table.next_piece(t, st.partial))
+                elif self._begins(t, st.partial):  # a longer word, if the rest still fits (rule 4)
+                    out.word_more = st.pieces + 1 + self._finish(st, s, st.words + 1) <= s.cap
             st = self._finish_token(st, s)  # the token may also end here
             if st.dead:
                 return out if out.ids or out.word_more else Allowed([EOS])
         if st.closed:
             out.ids.append(EOS)
             return out
-        opens = self._room(st, s)
-        for t in self.tokens(st, s, opens=False):
+        for t in self.tokens(st, s, open_budget=-1):
             if t == ANY_WORD:
                 out.word_start = True
-                out.ids.extend(self.table.starts(""))  # a bare "▁"
+                if st.pieces + 2 + self._finish(st, s, st.words + 1) <= s.cap:  # "▁", then the word
+                    out.ids.extend(self.bare_space)
             else:
-                out.ids.extend(self.table.starts(t))
-        if opens and st.words < len(s.leaves):
-            out.ids.extend(self.open_starts)
+                out.ids.append(self.table.spelling(t)[0])
+        budget = self._open_budget(st, s)
+        out.ids.extend(first for cost, first in self.open_starts if cost <= budget)
         return out if out.ids or out.word_start or out.word_more else Allowed([EOS])
 
 
