@@ -3,7 +3,8 @@
 Pure Python (no torch): Penn Treebank reading and cleaning (:mod:`.tree`), Vinyals et al.
 2015 linearization (:mod:`.linearize`), EVALB/COLLINS.prm scoring (:mod:`.evalb`), WSJ
 splits and loading (:mod:`.wsj`), a built-in synthetic treebank (:mod:`.builtin`) and
-prediction scoring (:mod:`.score`).
+prediction scoring (:mod:`.score`). The search's constraint to well-formed trees
+(:mod:`.constrain`, decode.well_formed) works on the decoder's scores; only decoding imports it.
 """
 
 from .builtin import generate_trees, write_builtin_treebank

@@ -39,7 +39,8 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         notes.append("Rows marked (dev 22): run `python -m ablate.evaluate RUN --split test` for section 23.")
     notes.append(
         "repaired: outputs the reader had to mend into a tree over the sentence (missing words hung on the "
-        "root, brackets closed); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split."
+        "root, brackets closed; none under a well-formed search, decode.well_formed, which writes only such "
+        "trees); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split."
     )
     table = Table(cols, body, align="llrrrrrl", title="Table 4: English constituency parsing (WSJ 23 F1)")
     return table, notes
@@ -94,7 +95,7 @@ def _what_ran(r: Run) -> str:
         pairs = "training pairs (trees and their constituents)"
     parts = [
         f"{r.rec.get('steps', '?'):,} steps" if isinstance(r.rec.get("steps"), int) else "steps ?",
-        f"beam {decode.get('beam', '?')}",
+        f"beam {decode.get('beam', '?')}" + (", well-formed search" if decode.get("well_formed") else ""),
         f"tgt_lang {cfg_data.get('tgt_lang', '?')}",
         f"{train:,} {pairs}" if isinstance(train, int) else f"{pairs} ?",
     ]
