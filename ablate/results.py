@@ -387,18 +387,26 @@ NOT_RESULT_DEFS = {
 
 
 def result_source(name: str, root: Path | None = None) -> bytes:
-    """The bytes of result file `name` (under `root`, the package by default) that decide results: the file
-    less its NOT_RESULT_DEFS definitions (decorators included, found by Python's parser), less its parsing
-    lines (PARSING_SUFFIX) and less its blank lines. For the part "<file>#parsing", the file's parsing
-    lines only."""
-    path, _, part = name.partition("#")
+    """The bytes of result file (or part) `name`, under `root`, the package by default: see _result_parts."""
+    return _result_parts(name.partition("#")[0], root).get(name, b"")
+
+
+def _result_parts(path: str, root: Path | None = None) -> dict[str, bytes]:
+    """A result file's hashed parts, read and parsed once: the file less its NOT_RESULT_DEFS definitions
+    (decorators included, found by Python's parser), less its parsing lines and less its blank lines; and,
+    where it has parsing lines, "<file>#parsing" (PARSING_SUFFIX), those lines only."""
     data = ((root or Path(__file__).parent) / path).read_bytes()
     tree = ast.parse(data)
-    drop = _def_lines(tree, NOT_RESULT_DEFS.get(path, ()))
-    parsing = _parsing_lines(tree, path)
     lines = data.splitlines(keepends=True)
-    keep = parsing if part else set(range(len(lines))) - drop - parsing
-    return b"".join(line for i, line in enumerate(lines) if i in keep and line.strip())
+    parsing = _parsing_lines(tree, path)
+
+    def text(keep: set[int]) -> bytes:
+        return b"".join(line for i, line in enumerate(lines) if i in keep and line.strip())
+
+    out = {path: text(set(range(len(lines))) - _def_lines(tree, NOT_RESULT_DEFS.get(path, ())) - parsing)}
+    if parsing:
+        out[path + PARSING_SUFFIX] = text(parsing)
+    return out
 
 
 def _def_lines(tree: ast.Module, names: tuple[str, ...]) -> set[int]:
@@ -443,8 +451,7 @@ def _parsing_only(node: ast.If) -> bool:
 
 def _parts(name: str, root: Path | None = None) -> list[str]:
     """A result file's hashed parts: the file, and "<file>#parsing" where it has parsing lines."""
-    tree = ast.parse(((root or Path(__file__).parent) / name).read_bytes())
-    return [name, name + PARSING_SUFFIX] if _parsing_lines(tree, name) else [name]
+    return list(_result_parts(name, root))
 
 
 def code_file_hashes() -> dict[str, str]:
@@ -456,8 +463,8 @@ def code_file_hashes() -> dict[str, str]:
 @functools.cache
 def _file_hashes() -> tuple[tuple[str, str], ...]:
     # once a process: the code a process runs is the code it loaded (a plan asks for every job it lists)
-    parts = [part for name in code_files() for part in _parts(name)]
-    return tuple((part, hashlib.sha256(result_source(part)).hexdigest()[:12]) for part in parts)
+    parts = (item for name in code_files() for item in _result_parts(name).items())
+    return tuple((part, hashlib.sha256(source).hexdigest()[:12]) for part, source in parts)
 
 
 def task_runs(task: str, name: str) -> bool:

@@ -86,7 +86,7 @@ class PieceTable:
 
 @dataclass(frozen=True)
 class Sentence:
-    leaves: tuple[str, ...]  # the leaf tokens in order: one XX, or one ANY_WORD (tree_words), per word
+    words: int  # the source's words: the tree's leaves
     need: tuple[int, ...]  # need[i]: the pieces that leaves i..end take (a word: its source's pieces)
     cap: int  # output tokens allowed, EOS included (decode.max_output_lengths)
 
@@ -117,8 +117,9 @@ class TreeGrammar:
     """The tokens a linearized tree allows after a prefix, in one target language, over one vocabulary."""
 
     def __init__(self, table: PieceTable, language: str, max_len_a: float, max_len_b: int):
-        self.table, self.language, self.a, self.b = table, language, max_len_a, max_len_b
+        self.table, self.a, self.b = table, max_len_a, max_len_b
         self.any_word = language == "tree_words"
+        self.leaf = ANY_WORD if self.any_word else spell(XX, language)  # every leaf's token
         # the labels whose brackets the vocabulary spells (a label absent from the training text may not be)
         labels = [x for x in PTB_LABELS if all(table.spelling(spell(b + x, language)) for b in "()")]
         self.opens = {spell("(" + label, language): label for label in labels}
@@ -144,16 +145,12 @@ class TreeGrammar:
 
     def sentence(self, src_row: list[int]) -> Sentence:
         lengths = self.table.word_pieces(src_row)
-        if self.any_word:
-            leaves, costs = (ANY_WORD,) * len(lengths), lengths
-        else:
-            xx = spell(XX, self.language)
-            leaves, costs = (xx,) * len(lengths), [len(self.table.spelling(xx))] * len(lengths)
-        need = [0] * (len(leaves) + 1)
-        for i in range(len(leaves) - 1, -1, -1):
+        costs = lengths if self.any_word else [len(self.table.spelling(self.leaf))] * len(lengths)
+        need = [0] * (len(costs) + 1)
+        for i in range(len(costs) - 1, -1, -1):
             need[i] = need[i + 1] + costs[i]
         cap = int(max_output_lengths(torch.tensor([sum(lengths)]), self.a, self.b)[0])
-        return Sentence(leaves, tuple(need), cap)
+        return Sentence(len(lengths), tuple(need), cap)
 
     def _finish(self, st: TreeState, s: Sentence, words: int) -> int:
         """The pieces that finishing the tree takes after `words` leaves: the words left, a close for each
@@ -163,7 +160,7 @@ class TreeGrammar:
     def _open_budget(self, st: TreeState, s: Sentence) -> int:
         """The pieces a bracket opened at this boundary may take with its close, for the tree to end
         within the cap; -1 when no word is left to go in it."""
-        return s.cap - st.pieces - self._finish(st, s, st.words) if st.words < len(s.leaves) else -1
+        return s.cap - st.pieces - self._finish(st, s, st.words) if st.words < s.words else -1
 
     def tokens(self, st: TreeState, s: Sentence, open_budget: int) -> list[str]:
         """The whole tokens the tree allows next, the opening brackets that take at most `open_budget`
@@ -171,9 +168,9 @@ class TreeGrammar:
         if st.closed or st.dead:
             return []
         out = []
-        words_left = st.words < len(s.leaves)
+        words_left = st.words < s.words
         if words_left and st.stack:
-            out.append(s.leaves[st.words])
+            out.append(self.leaf)
         if words_left:
             out.extend(t for t, cost in self.open_cost.items() if cost <= open_budget)
         if st.stack and st.filled and (len(st.stack) > 1 or not words_left):
