@@ -23,8 +23,8 @@ import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
-from ablate import results
 from ablate.config import RunConfig, effective_model, to_dataclass
+from ablate.records import store as results
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
@@ -90,7 +90,7 @@ def evaluate_run(
     import sentencepiece as spm
 
     from ablate.data.datamodule import TranslationData, prepare_corpus
-    from ablate.lit import TranslationModule
+    from ablate.training.module import TranslationModule
 
     run_dir = Path(run_dir)
     cfg = load_config(run_dir)
@@ -168,9 +168,9 @@ def _bleu(out: list[str], refs: list[str], split: str, lang: str) -> dict:
 def _parsing(prepared, cfg, dm, split: str, out: list[str], trees_path: Path) -> dict:
     """EVALB (COLLINS.prm) figures of the decoded trees of a parsing run's split (section 23 for Table 4),
     and the hypotheses as bracketed trees, one a line, for EVALB itself."""
-    from ablate.parsing.score import figures, score_trees
-    from ablate.parsing.task import gold_trees
-    from ablate.parsing.tree import to_string
+    from ablate.data.treebank.corpus import gold_trees
+    from ablate.data.treebank.tree import to_string
+    from ablate.tasks.parsing.score import figures, score_trees
 
     sources = dm.sources_text(split)[: len(out)]
     result, trees, notes = score_trees(sources, out, gold_trees(prepared.root, split, cfg.data)[: len(out)])

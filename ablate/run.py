@@ -11,9 +11,9 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from ablate import plan
 from ablate.config import ConfigError, RunConfig, register_configs
-from ablate.sweep import member_config, outcome
+from ablate.jobs import plan
+from ablate.jobs.sweep import member_config, outcome
 
 register_configs()
 
@@ -36,7 +36,7 @@ def summary(rec: dict) -> str:
 def _record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
     """A sweep member rejected before training (bad config or data) still gets a failed record, so the
     report shows it and a re-run of the sweep retries it. Returns its run id, where the config has one."""
-    from ablate import results
+    from ablate.records import store as results
 
     if cfg is None:
         return None
@@ -55,7 +55,7 @@ def _settle_running(cfg: RunConfig | None, reason: str) -> None:
     """A run that stopped on an OSError (a full disk) may have failed to write its failure too, leaving its
     record `running`: now that the process no longer trains it, it says failed with the reason (where the
     disk lets it; the same command retries it either way)."""
-    from ablate import results
+    from ablate.records import store as results
 
     if cfg is None:
         return
@@ -75,7 +75,7 @@ INTERRUPTED = "interrupted by Ctrl-C; the same command resumes it from its last 
 def _mark_interrupted(cfg: RunConfig | None) -> None:
     """Ctrl-C is not a failure of the run: its record goes back to `running` (which the report shows as
     interrupted once this process is gone) with the reason, where training had marked it failed."""
-    from ablate import results
+    from ablate.records import store as results
 
     if cfg is None:
         return
@@ -151,7 +151,7 @@ def _os_error_line(e: OSError, cfg: RunConfig | None) -> str:
     write that knows no name: `[Errno 28] No space left on device`)."""
     line = _first_line(e)
     if e.filename is None and cfg is not None:
-        from ablate import results
+        from ablate.records import store as results
 
         try:
             line += f" (writing the run {results.run_dir(cfg)})"
@@ -176,11 +176,12 @@ def _f1_line(m: dict) -> str:
 
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> dict | None:
-    """One run; in a sweep, returns its outcome (ablate.sweep) for the sweep's closing line."""
+    """One run; in a sweep, returns its outcome (ablate.jobs.sweep) for the sweep's closing line."""
     from hydra.core.hydra_config import HydraConfig
 
-    from ablate import results, tracking
-    from ablate.train import train
+    from ablate.jobs.train import train
+    from ablate.records import store as results
+    from ablate.records import tracking
 
     tracking.quiet_third_party()
     hc = HydraConfig.get()
@@ -225,8 +226,8 @@ def main(dcfg: DictConfig) -> dict | None:
 
 
 def _plan(dcfg: DictConfig, overrides: list[str], launcher, multirun: bool) -> dict:
-    """--plan: the job's line instead of its training (ablate.plan); nothing is written."""
-    from ablate import results
+    """--plan: the job's line instead of its training (ablate.jobs.plan); nothing is written."""
+    from ablate.records import store as results
 
     try:
         cfg = member_config(dcfg, overrides, launcher)
@@ -262,7 +263,7 @@ def row_file_problem(argv: list[str]) -> str | None:
     """A single run's row file that does not compose (a YAML error, a misspelt key): Hydra would answer
     with a traceback; say it in one line naming the file and line. (In a sweep the sweeper refuses such a
     job alone.)"""
-    from ablate.rows import row_file_problem as problem
+    from ablate.config.rows import row_file_problem as problem
 
     rows = [a.split("=", 1)[1] for a in argv if a.startswith("model=")]
     if not rows:

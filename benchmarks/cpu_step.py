@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from ablate.hardware import keep_freed_memory
+from ablate.training.hardware import keep_freed_memory
 from benchmarks.speed import Ablate, Shape, batch, matmul_peak, time_it, train_flops
 
 LENGTH = 15  # tokens a sentence: Multi30k's mean target length in 6K pieces is ~15.4

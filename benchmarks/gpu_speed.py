@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
-import ablate.loss
-from ablate.decode import CachedStepper, beam_search
-from ablate.loss import label_smoothed_loss
-from ablate.model import Transformer, TransformerConfig, count_parameters
-from ablate.optim import make_adam
+import ablate.nn.loss
+from ablate.nn.decode import CachedStepper, beam_search
+from ablate.nn.loss import label_smoothed_loss
+from ablate.nn.model import Transformer, TransformerConfig, count_parameters
+from ablate.nn.optim import make_adam
 from benchmarks.speed import BOS, EOS, PAD, SHAPES, ForcedLength, Shape, train_flops
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -69,7 +69,7 @@ def build(s: Shape, dropout: float = 0.1) -> Transformer:
 
 
 def time_training(s: Shape, precision: str, compile: bool, steps: int, warmup: int, loss: str) -> dict:
-    ablate.loss.FUSED_ON_CUDA = loss == "fused"  # reference: SmoothedCrossEntropy on a float32 copy
+    ablate.nn.loss.FUSED_ON_CUDA = loss == "fused"  # reference: SmoothedCrossEntropy on a float32 copy
     torch.manual_seed(0)
     model = build(s)
     opt = make_adam(model.parameters())
@@ -100,8 +100,8 @@ def time_training(s: Shape, precision: str, compile: bool, steps: int, warmup: i
     t = statistics.median(cuda_time(step, steps))
     torch.backends.cuda.matmul.allow_tf32 = False
     mem = torch.cuda.max_memory_allocated() / 2**30
-    fused = ablate.loss._forward_compiled.compiled  # None (not used), the compiled or the eager function
-    compiled = loss == "fused" and fused not in (None, ablate.loss._smoothed_ce_forward)
+    fused = ablate.nn.loss._forward_compiled.compiled  # None (not used), the compiled or the eager function
+    compiled = loss == "fused" and fused not in (None, ablate.nn.loss._smoothed_ce_forward)
     return {"step_s": t, "tok_s": s.batch * s.length / t, "peak_gib": mem, "loss_compiled": compiled}
 
 

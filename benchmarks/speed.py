@@ -33,10 +33,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from ablate.decode import CachedStepper, UncachedStepper, beam_search
-from ablate.loss import LogitsBuffer, label_smoothed_loss
-from ablate.model import Transformer, TransformerConfig, count_parameters
-from ablate.optim import make_adam
+from ablate.nn.decode import CachedStepper, UncachedStepper, beam_search
+from ablate.nn.loss import LogitsBuffer, label_smoothed_loss
+from ablate.nn.model import Transformer, TransformerConfig, count_parameters
+from ablate.nn.optim import make_adam
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,14 +12,14 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from ablate import results
 from ablate.config import ConfigError, to_dataclass
 from ablate.data.batching import BatchingError
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
+from ablate.jobs.train import train
+from ablate.records import store as results
 from ablate.run import register_configs  # noqa: F401 - registers the schema
-from ablate.train import train
-from ablate.worker import CheckpointError
+from ablate.training.fit import CheckpointError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,7 +8,7 @@ import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
 from ablate.evaluate import average_checkpoints
-from ablate.worker import AtomicCheckpointIO, CheckpointError
+from ablate.training.fit import AtomicCheckpointIO, CheckpointError
 
 
 def test_a_full_disk_leaves_no_half_written_checkpoint(tmp_path, monkeypatch):

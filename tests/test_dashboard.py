@@ -13,9 +13,9 @@ import pytest
 import wandb_workspaces.reports.v2 as wr
 from wandb_offline import summary
 
+from ablate.records.store import find_records
 from ablate.report import dashboard as db
 from ablate.report.__main__ import main as report_main
-from ablate.results import find_records
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,12 +10,12 @@ import pytest
 from test_bad_input import cfg_for as run_cfg
 from test_run_smoke import run
 
-from ablate import results
 from ablate.config import DataConfig, RunConfig, flat_fields
 from ablate.data import corpora
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
 from ablate.prepare import main as prepare_main
+from ablate.records import store as results
 from ablate.run import register_configs  # noqa: F401 - registers the schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,7 +155,7 @@ def test_the_builtin_corpus_keeps_its_run_ids(tmp_path, overrides):
 
 
 def test_a_run_on_an_edited_file_is_run_again_not_skipped(tmp_path, capsys):
-    from ablate.train import train
+    from ablate.jobs.train import train
 
     keys = write_corpus(tmp_path / "in")
     overrides = [*files_overrides(keys), "train.max_steps=2", "trainer.threads=1", "decode.dev_limit=2"]
@@ -231,7 +231,7 @@ def test_a_bom_is_not_kept_in_references_or_sources(tmp_path):
 
 
 def test_a_folder_given_as_a_data_file_is_one_line(tmp_path):
-    from ablate.train import train
+    from ablate.jobs.train import train
 
     keys = write_corpus(tmp_path / "in")
     keys["dev_src"] = str(tmp_path / "in")

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from ablate.decode import CachedStepper, UncachedStepper, beam_search, greedy_search, length_penalty
-from ablate.model import Transformer, TransformerConfig
+from ablate.nn.decode import CachedStepper, UncachedStepper, beam_search, greedy_search, length_penalty
+from ablate.nn.model import Transformer, TransformerConfig
 
 BOS, EOS = 2, 3
 
@@ -164,7 +164,7 @@ def test_grouped_cache_equals_a_copy_of_the_source_per_row():
 
 def test_best_continuations_equal_the_full_log_softmax_ranking():
     # Independent path: the full (R, V) log-softmax, alive scores added, top-2K over each sentence's K * V.
-    from ablate.decode import best_continuations
+    from ablate.nn.decode import best_continuations
 
     g = torch.Generator().manual_seed(0)
     B, K, V = 3, 4, 50

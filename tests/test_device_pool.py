@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate import devices
+from ablate.cluster import gpu_pool as devices
 
 ROOT = Path(__file__).resolve().parents[1]
 

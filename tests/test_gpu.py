@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from ablate.decode import CachedStepper, UncachedStepper, beam_search
-from ablate.loss import label_smoothed_loss
-from ablate.model import Dropout, Transformer, TransformerConfig
+from ablate.nn.decode import CachedStepper, UncachedStepper, beam_search
+from ablate.nn.loss import label_smoothed_loss
+from ablate.nn.model import Dropout, Transformer, TransformerConfig
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +160,7 @@ def test_lightning_run_on_gpu_bf16_mixed(tmp_path):
 def test_cuda_compiled_loss_equals_the_cpu_loss(dtype):
     # label_smoothed_loss on CUDA logits runs FusedSmoothedCrossEntropy through torch.compile; the
     # reference is the CPU path (SmoothedCrossEntropy) in float64 on the same logits.
-    import ablate.loss as L
+    import ablate.nn.loss as L
 
     torch.manual_seed(0)
     N, V = 3000, 8000

@@ -73,14 +73,14 @@ def test_the_checker_finds_a_cycle():
 
 def test_no_import_cycles_in_the_package():
     graph = import_graph()
-    assert "ablate.worker" in graph and "ablate.data.datamodule" in graph["ablate.worker"]
+    assert "ablate.training.fit" in graph and "ablate.data.datamodule" in graph["ablate.training.fit"]
     assert cycles(graph) == []
 
 
 def test_staleness_counts_every_module_that_decides_results():
     """A record is stale when code that decides results changed: every module counts unless it is listed
     as orchestration, logging or the report (results.NOT_RESULT_CODE)."""
-    from ablate.results import code_files
+    from ablate.records.store import code_files
 
     files = code_files()
     for name in ("model.py", "lit.py", "data/subword.py", "data/datamodule.py", "worker.py", "config.py"):
@@ -92,7 +92,7 @@ def test_staleness_counts_every_module_that_decides_results():
         assert all(
             f"{folder}/{p.name}" in files for p in (PACKAGE / folder).glob("*.py") if p.name != "__init__.py"
         )
-    from ablate.results import NOT_RESULT_CODE
+    from ablate.records.store import NOT_RESULT_CODE
 
     missing = [n for n in NOT_RESULT_CODE if not (PACKAGE / n).exists()]
     assert not missing, f"NOT_RESULT_CODE names files that do not exist: {missing}"

@@ -3,8 +3,8 @@ import math
 import pytest
 import torch
 
-from ablate.loss import label_smoothed_loss
-from ablate.optim import inverse_sqrt_lr, linear_warmup_cosine_lr
+from ablate.nn.loss import label_smoothed_loss
+from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr
 
 
 def test_label_smoothed_loss_by_hand():
@@ -64,7 +64,7 @@ def test_cosine_follows_steps_or_the_time_budget_whichever_is_further():
 def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    import ablate.callbacks as tr
+    import ablate.training.callbacks as tr
 
     now = [0.0]
     saved = []
@@ -111,8 +111,8 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
 
 def test_lightning_module_applies_step_one_first():
     from ablate.config import RunConfig
-    from ablate.lit import TranslationModule
-    from ablate.model import TransformerConfig
+    from ablate.nn.model import TransformerConfig
+    from ablate.training.module import TranslationModule
 
     cfg = RunConfig()
     m = TranslationModule(
@@ -165,7 +165,7 @@ def test_fused_loss_gradient_matches_log_softmax_autograd(eps, consume):
 def test_gpu_loss_equals_the_cpu_loss(eps):
     # FusedSmoothedCrossEntropy (the CUDA path; here its math eager, in float64) against SmoothedCrossEntropy:
     # the same losses and the same gradient, with weights on both outputs.
-    from ablate.loss import FusedSmoothedCrossEntropy, SmoothedCrossEntropy
+    from ablate.nn.loss import FusedSmoothedCrossEntropy, SmoothedCrossEntropy
 
     torch.manual_seed(0)
     N, V = 7, 13
@@ -191,7 +191,7 @@ def test_gpu_loss_equals_the_cpu_loss(eps):
 def test_logits_buffer_gives_the_plain_projection_and_gradients():
     # LogitsBuffer.project against F.linear, float64, through the consuming loss; the second step is
     # larger (the storage grows), the third smaller (a prefix of it).
-    from ablate.loss import LogitsBuffer
+    from ablate.nn.loss import LogitsBuffer
 
     g = torch.Generator().manual_seed(0)
     w = torch.randn(11, 6, generator=g, dtype=torch.float64, requires_grad=True)
@@ -211,7 +211,7 @@ def test_logits_buffer_gives_the_plain_projection_and_gradients():
 
 
 def test_logits_buffer_is_not_handed_out_twice_before_backward():
-    from ablate.loss import LogitsBuffer
+    from ablate.nn.loss import LogitsBuffer
 
     g = torch.Generator().manual_seed(1)
     w = torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ablate.config import ModelConfig, RunConfig, ScaleConfig, effective_model, paper_model
-from ablate.model import Transformer, TransformerConfig, count_parameters, sinusoid_table, softmax_last
+from ablate.nn.model import Transformer, TransformerConfig, count_parameters, sinusoid_table, softmax_last
 
 
 def small(**kw) -> TransformerConfig:
@@ -133,7 +133,7 @@ def test_odd_d_model_with_sinusoids_is_rejected():
 def test_cpu_dropout_rate_and_scale():
     # P(drop) = round(p * 2^16) / 2^16 and kept values scaled by 1 / (1 - p) (inverted dropout, 5.4); the
     # mask comes from the torch RNG, so a seed reproduces it.
-    from ablate.model import Dropout
+    from ablate.nn.model import Dropout
 
     d = Dropout(0.1).train()
     x = torch.ones(1_000_003)  # not a multiple of 4: the last 64-bit word is cut
@@ -153,7 +153,7 @@ def test_cpu_dropout_rate_and_scale():
 def test_cpu_attention_equals_sdpa(causal):
     # The written-out equation 1 used on CPU against torch's SDPA (its math kernel in float64), values
     # and gradients, with a padding mask that hides the last keys of some rows.
-    from ablate.model import scaled_dot_product
+    from ablate.nn.model import scaled_dot_product
 
     g = torch.Generator().manual_seed(0)
     B, h, L, d = 3, 2, 5, 4

@@ -1,4 +1,4 @@
-"""Built-in synthetic treebank (ablate.parsing.builtin) and WSJ loading (ablate.parsing.wsj)."""
+"""Built-in synthetic treebank (ablate.data.treebank.builtin) and WSJ loading (ablate.data.treebank.wsj)."""
 
 from __future__ import annotations
 
@@ -6,11 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from ablate.parsing.builtin import generate_trees, write_builtin_treebank
-from ablate.parsing.evalb import evalb
-from ablate.parsing.linearize import delinearize, linearize, strip_tags
-from ablate.parsing.tree import clean, preterminals, read_mrg, to_string, words
-from ablate.parsing.wsj import (
+from ablate.data.treebank.builtin import generate_trees, write_builtin_treebank
+from ablate.data.treebank.linearize import delinearize, linearize, strip_tags
+from ablate.data.treebank.tree import clean, preterminals, read_mrg, to_string, words
+from ablate.data.treebank.wsj import (
     DEV_SECTIONS,
     TEST_SECTIONS,
     TRAIN_SECTIONS,
@@ -19,6 +18,7 @@ from ablate.parsing.wsj import (
     load_wsj,
     parallel_text,
 )
+from ablate.tasks.parsing.evalb import evalb
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ptb"
 SIZES = {"n_train": 45, "n_dev": 7, "n_test": 5}

@@ -1,4 +1,4 @@
-"""decode.well_formed (ablate/parsing/constrain.py): the search writes only well-formed trees with one leaf
+"""decode.well_formed (ablate/tasks/parsing/constrain.py): the search writes only well-formed trees with one leaf
 per source word. Checked both ways, in every target language: every gold tree is allowed piece by piece
 (the constraint never rules out a right answer), and a search over arbitrary scores, greedy or beam, with
 room to spare or with the output cap at the flat tree's length, writes only trees that the reader takes
@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from ablate.data.tokenizer import BOS, EOS, load_or_train
-from ablate.decode import CachedStepper, UncachedStepper, beam_search, greedy_search
-from ablate.model import Transformer, TransformerConfig
-from ablate.parsing.builtin import generate_trees
-from ablate.parsing.constrain import PieceTable, TreeGrammar, TreeState, TreeStepper
-from ablate.parsing.linearize import LANGUAGES, delinearize_with_report, linearize
-from ablate.parsing.tree import clean, words
-from ablate.parsing.wsj import load_split
+from ablate.data.treebank.builtin import generate_trees
+from ablate.data.treebank.linearize import LANGUAGES, delinearize_with_report, linearize
+from ablate.data.treebank.tree import clean, words
+from ablate.data.treebank.wsj import load_split
+from ablate.nn.decode import CachedStepper, UncachedStepper, beam_search, greedy_search
+from ablate.nn.model import Transformer, TransformerConfig
+from ablate.tasks.parsing.constrain import PieceTable, TreeGrammar, TreeState, TreeStepper
 
 TREES = [clean(t) for t in generate_trees(300, seed="constrain")]
 

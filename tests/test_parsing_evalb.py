@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from ablate.parsing.evalb import ERROR, OK, SKIP, evalb
-from ablate.parsing.linearize import linearize
-from ablate.parsing.score import score_predictions
-from ablate.parsing.tree import Tree, parse_bracketed, words
+from ablate.data.treebank.linearize import linearize
+from ablate.data.treebank.tree import Tree, parse_bracketed, words
+from ablate.tasks.parsing.evalb import ERROR, OK, SKIP, evalb
+from ablate.tasks.parsing.score import score_predictions
 
 
 def _t(text: str) -> Tree:
@@ -208,7 +208,7 @@ def test_details_table_is_evalbs_own_table_line_for_line(tmp_path):
     import io
     from pathlib import Path
 
-    from ablate.parsing.score import main
+    from ablate.tasks.parsing.score import main
 
     case = Path(__file__).parent / "fixtures" / "evalb"
     out, trees = io.StringIO(), tmp_path / "test.txt"

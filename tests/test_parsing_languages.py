@@ -13,8 +13,7 @@ import pytest
 import sentencepiece as spm
 
 from ablate.data.tokenizer import load_or_train
-from ablate.parsing.evalb import evalb
-from ablate.parsing.linearize import (
+from ablate.data.treebank.linearize import (
     LANGUAGES,
     PTB_LABELS,
     SYMBOL,
@@ -23,8 +22,9 @@ from ablate.parsing.linearize import (
     readable,
     strip_tags,
 )
-from ablate.parsing.tree import Tree, parse_bracketed, tags, words
-from ablate.parsing.wsj import load_split, parallel_text
+from ablate.data.treebank.tree import Tree, parse_bracketed, tags, words
+from ablate.data.treebank.wsj import load_split, parallel_text
+from ablate.tasks.parsing.evalb import evalb
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from ablate.parsing.builtin import generate_trees
-from ablate.parsing.linearize import delinearize, delinearize_with_report, linearize, strip_tags
-from ablate.parsing.tree import Tree, clean, parse_bracketed, preterminals, to_string, words
-from ablate.parsing.wsj import load_wsj, parallel_text
+from ablate.data.treebank.builtin import generate_trees
+from ablate.data.treebank.linearize import delinearize, delinearize_with_report, linearize, strip_tags
+from ablate.data.treebank.tree import Tree, clean, parse_bracketed, preterminals, to_string, words
+from ablate.data.treebank.wsj import load_wsj, parallel_text
 
 WSJ = Path(__file__).parent / "fixtures" / "ptb" / "wsj"
 

@@ -1,4 +1,4 @@
-"""The parsing task (ablate.parsing.task): treebank -> parallel text + gold trees, and the dev F1."""
+"""The parsing task (ablate.data.treebank.corpus): treebank -> parallel text + gold trees, and the dev F1."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from ablate.config import ConfigError, DataConfig
-from ablate.parsing.linearize import delinearize, linearize
-from ablate.parsing.task import (
+from ablate.data.treebank.corpus import (
     ParsingCorpus,
     constituents,
     gold_path,
@@ -25,8 +24,9 @@ from ablate.parsing.task import (
     treebank_root,
     write_trees,
 )
-from ablate.parsing.tree import clean, parse_bracketed, read_mrg, to_string, words
-from ablate.parsing.wsj import TRAIN_SECTIONS
+from ablate.data.treebank.linearize import delinearize, linearize
+from ablate.data.treebank.tree import clean, parse_bracketed, read_mrg, to_string, words
+from ablate.data.treebank.wsj import TRAIN_SECTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "ptb"
@@ -253,8 +253,8 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
     m = json.loads(records[0].read_text())["metrics"]
     assert 0.0 <= m["test_f1"] <= 100.0 and m["test_n"] == rec["data"]["splits"]["test"]["pairs"]
     assert m["test_n_over_200_brackets"] == 0 and "test_n_error" in m
-    from ablate.parsing.evalb import evalb
-    from ablate.parsing.task import gold_trees, read_trees
+    from ablate.data.treebank.corpus import gold_trees, read_trees
+    from ablate.tasks.parsing.evalb import evalb
 
     gold = gold_trees(prepared[0].parent, "test")
     again = evalb(gold, read_trees(run / "test.trees.txt")).summary().fmeasure

@@ -1,4 +1,4 @@
-"""Penn Treebank reading and cleaning (ablate.parsing.tree), on hand-written .mrg fixtures."""
+"""Penn Treebank reading and cleaning (ablate.data.treebank.tree), on hand-written .mrg fixtures."""
 
 from __future__ import annotations
 
@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from ablate.parsing.tree import Tree, clean, parse_bracketed, read_mrg, strip_label, tags, to_string, words
+from ablate.data.treebank.tree import (
+    Tree,
+    clean,
+    parse_bracketed,
+    read_mrg,
+    strip_label,
+    tags,
+    to_string,
+    words,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ptb"
 WSJ = FIXTURES / "wsj"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.rows import row_file_problem
+from ablate.config.rows import row_file_problem
 
 ROOT = Path(__file__).resolve().parents[1]
 ROW_HEAD = "defaults:\n  - base\n  - _self_\n\n"
@@ -108,7 +108,7 @@ def test_a_sweep_trains_its_good_rows_and_refuses_each_bad_row_file_alone_and_th
     failed = {"run_id": ids[("A1", 2)], "status": "failed", "reason": "CUDA out of memory\nTraceback"}
     (a1 / ids[("A1", 2)] / "record.json").write_text(json.dumps(failed))
     before = _files(tmp_path / "results") | _files(tmp_path / "cache")
-    p = _run(tmp_path, "-m", "model=base,A1", "seed=1,2", "--plan", module="ablate.plan")
+    p = _run(tmp_path, "-m", "model=base,A1", "seed=1,2", "--plan", module="ablate.jobs.plan")
     assert p.returncode == 0, p.stderr[-3000:]
     assert _files(tmp_path / "results") | _files(tmp_path / "cache") == before  # nothing written
     assert not list((tmp_path / "tmp").glob("ablate-plan-*"))  # Hydra's files of the plan are gone
@@ -203,7 +203,7 @@ def test_overrides_that_do_not_compose_are_one_line(overrides, line):
 
 def test_an_os_error_without_a_file_names_the_run_folder(tmp_path):
     from ablate.config import RunConfig
-    from ablate.results import run_dir
+    from ablate.records.store import run_dir
     from ablate.run import _os_error_line
 
     cfg = RunConfig(results_dir=str(tmp_path))
@@ -216,8 +216,8 @@ def test_an_os_error_without_a_file_names_the_run_folder(tmp_path):
 def test_a_record_left_running_by_a_failed_write_is_settled_as_failed(tmp_path):
     """A full disk at the end of a run: training's own failure write failed too. Once the process no
     longer holds the run, the record says failed with the reason; a record another process holds stays."""
-    from ablate import results
     from ablate.config import RunConfig
+    from ablate.records import store as results
     from ablate.run import _settle_running
 
     cfg = RunConfig(results_dir=str(tmp_path))

@@ -9,10 +9,10 @@ import pytest
 import torch
 from test_run_smoke import run
 
-from ablate import hardware
-from ablate.hardware import resolve_precision
-from ablate.loss import label_smoothed_loss
-from ablate.model import Transformer, TransformerConfig
+from ablate.nn.loss import label_smoothed_loss
+from ablate.nn.model import Transformer, TransformerConfig
+from ablate.training import hardware
+from ablate.training.hardware import resolve_precision
 
 BOS, PAD = 1, 0
 

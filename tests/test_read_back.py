@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_report_table3 import ARGS, TODAY, make_fixture
 
-from ablate import results
+from ablate.records import store as results
 from ablate.report import collect as collect_mod
 from ablate.report.__main__ import main
 

@@ -144,7 +144,7 @@ def test_a_full_disk_is_one_line_and_leaves_no_folder_behind(where, fixture_dir,
     the last report as it was, and no plots folder (empty or half full) that this report made."""
     import matplotlib.figure
 
-    from ablate import results
+    from ablate.records import store as results
 
     if where == "plots":
         monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, path, **kw: _full_disk(path))

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from ablate import paper
 from ablate.config import ModelConfig, paper_model
-from ablate.report import paper
 from ablate.report.__main__ import main
 from ablate.report.collect import load_row_model, row_configs
 from ablate.report.params import closed_form, meta_count

@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from ablate.records.store import run_lock
 from ablate.report import collect as collect_mod
 from ablate.report.__main__ import main
 from ablate.report.stats import corpus_bleu
-from ablate.results import run_lock
 
 GOLDEN = Path(__file__).parent / "golden" / "table3.md"
 TODAY = "c0dec0dec0de"

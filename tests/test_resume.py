@@ -158,7 +158,7 @@ def test_sigterm_checkpoints_within_seconds_and_resumes_exactly(tmp_path, refere
 def test_curve_time_goes_on_from_the_checkpoint():
     # curves.jsonl's time_s is training wall clock across restarts: the TrainClock callback's state (saved
     # in checkpoints by Lightning) carries the seconds trained so far into the resumed process.
-    from ablate.callbacks import TrainClock
+    from ablate.training.callbacks import TrainClock
 
     before = TrainClock()
     before.t0 = time.perf_counter() - 100.0  # 100 s of training so far
@@ -176,7 +176,7 @@ def test_curve_time_goes_on_from_the_checkpoint():
 def test_a_run_without_checkpoints_starts_its_curve_again(tmp_path):
     # a folder whose checkpoints are gone (killed before the first one, or copied without its *.ckpt)
     # trains from step 0: the old curve rows go, or the new ones would be written after them
-    from ablate.worker import _resume_state
+    from ablate.training.fit import _resume_state
 
     curves = tmp_path / "curves.jsonl"
     curves.write_text('{"step": 250, "dev_ppl": 9.0}\n')

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from ablate import paper
 from ablate.config import (
     ConfigError,
     ModelConfig,
@@ -22,7 +23,6 @@ from ablate.config import (
     total_steps,
     validate,
 )
-from ablate.report import paper
 from ablate.run import register_configs  # noqa: F401 - registers the schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,7 +169,7 @@ def test_multi30k_30min_trains_three_different_rows():
 
 def test_command_line_wins():
     """model.KEY=... given on the command line is taken as it is (ablate.run marks it explicit)."""
-    from ablate.sweep import explicit_model_keys
+    from ablate.jobs.sweep import explicit_model_keys
 
     assert explicit_model_keys(["model=A1", "model.dropout=0.3", "++model.d_ff=64", "seed=2"]) == [
         "d_ff",

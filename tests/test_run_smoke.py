@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from ablate.config import ModelConfig, RunConfig, ScaleConfig, effective_model
-from ablate.model import Transformer, count_parameters
+from ablate.nn.model import Transformer, count_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from ablate import requeue, slurm
-from ablate.sweep import summary
+from ablate.cluster import slurm_job as requeue
+from ablate.cluster import slurm_request as slurm
+from ablate.jobs.sweep import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 CLUSTER = "bash tests/slurm/cluster.sh up"

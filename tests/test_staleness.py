@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ablate import results
-from ablate.results import stale_code, task_runs
+from ablate.records import store as results
+from ablate.records.store import stale_code, task_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 TODAY = {"model.py": "aaa", "lit.py": "bbb", "parsing/linearize.py": "ccc"}
@@ -57,15 +57,15 @@ def test_a_record_holds_the_hash_of_each_result_file():
 
 def test_a_translation_run_imports_no_parser_code(tmp_path):
     """The fact TASK_ONLY_CODE rests on, measured in a real run: Python's own import log (-X importtime)
-    of `ablate.run` training and evaluating a translation model names no ablate.parsing module."""
+    of `ablate.run` training and evaluating a translation model names no ablate.tasks.parsing module."""
     cmd = [sys.executable, "-X", "importtime", "-m", "ablate.run", "scale=tiny", "recipe=tiny", "logger=none",
            f"results_dir={tmp_path}/r", f"data.cache_dir={tmp_path}/c", "train.max_steps=2",
            "trainer.threads=1"]  # fmt: skip
     p = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     imported = {ln.split("|")[-1].strip() for ln in p.stderr.splitlines() if ln.startswith("import time:")}
-    assert "ablate.worker" in imported and "ablate.model" in imported  # the log is read right
-    assert not [m for m in imported if m.startswith("ablate.parsing")]
+    assert "ablate.training.fit" in imported and "ablate.nn.model" in imported  # the log is read right
+    assert not [m for m in imported if m.startswith("ablate.tasks.parsing")]
     (path,) = (tmp_path / "r").rglob("record.json")
     assert results.read_record(path)["code_files"] == results.code_file_hashes()
 
@@ -127,7 +127,7 @@ def test_the_parsers_config_fields_are_hashed_apart_from_the_rest_of_config_py(t
 
 
 def test_only_the_parser_reads_the_parsing_fields():
-    """What PARSING_FIELDS rests on: outside ablate/parsing/, result code reads those fields only in the
+    """What PARSING_FIELDS rests on: outside ablate/tasks/parsing/, result code reads those fields only in the
     treebank's fingerprint, which only the wsj sources call, and inside the blocks that only parsing runs
     run (`if cfg.task == "parsing"`, hashed apart too). Python's parser finds every `.field`."""
     import ast

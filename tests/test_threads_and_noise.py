@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ablate.records.tracking import THIRD_PARTY_NOISE
 from ablate.run import oversubscription, running_threads
-from ablate.tracking import THIRD_PARTY_NOISE
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,7 +74,7 @@ def test_a_resumed_runs_progress_bar_keeps_its_total(capsys):
     (optimizer steps x micro-batches) and its starting point when training starts, not `425/?`."""
     from types import SimpleNamespace
 
-    from ablate.callbacks import StepProgress
+    from ablate.training.callbacks import StepProgress
 
     bar = StepProgress(total_micro=300)
     trainer = SimpleNamespace(

@@ -12,7 +12,7 @@ import pytest
 from wandb_offline import summary, written_summary
 
 from ablate.config import LoggerConfig
-from ablate.tracking import wandb_mode
+from ablate.records.tracking import wandb_mode
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -109,7 +109,7 @@ def test_a_sweep_run_again_with_one_more_row_is_one_group_and_shows_what_trained
     """`-m model=base,A1`, then `-m model=base,A1,A2`: one W&B group for all three runs (the experiment's,
     not the sweep folder's), each named row/seed, each config holding the model that trained beside the
     paper's row."""
-    from ablate.report.paper import table3
+    from ablate.paper import table3
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
     env["HOME"] = str(tmp_path)  # no credentials anywhere
@@ -202,7 +202,7 @@ def test_a_resumed_run_syncs_as_one_run_whose_steps_go_forward(tmp_path):
 def test_the_report_run_decides_like_training_and_keeps_the_report_as_an_artifact(tmp_path, monkeypatch):
     """`python -m ablate.report --wandb`: credentials in ~/.netrc count as a key does (the mode comes from
     tracking.wandb_mode), and the Markdown and plots go into an artifact of the report run."""
-    from ablate import tracking
+    from ablate.records import tracking
     from ablate.report import __main__ as report_main
     from ablate.report.render import Table
 

@@ -221,7 +221,7 @@ def wmt14_source(spec: wmt14.Spec) -> Source:
 
 
 def _parsing_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
-    from ablate.parsing.task import parsing_corpus
+    from ablate.data.treebank.corpus import parsing_corpus
 
     corpus = parsing_corpus(cfg)
     return binarize.Inputs(corpus.splits, corpus.key, write_extras=corpus.write_extras)
@@ -230,7 +230,7 @@ def _parsing_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
 def _parsing_fingerprint(cfg: DataConfig) -> str | None:
     """The treebank's .mrg files of sections 02-23 by (section/name, content), and data.silver_trees. The
     built-in treebank is generated from the config: nothing to fingerprint."""
-    from ablate.parsing.wsj import SPLITS as SECTIONS
+    from ablate.data.treebank.wsj import SPLITS as SECTIONS
 
     named: list[tuple[str, str | Path]] = []
     if cfg.treebank_dir and not cfg.treebank_builtin:

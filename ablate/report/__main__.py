@@ -181,7 +181,7 @@ def _rows(text: str | None, known: set[str]) -> list[str] | None:
 
 
 def _row_key(row: str):
-    from ablate.rows import row_order
+    from ablate.config.rows import row_order
 
     return row_order(row)
 
@@ -217,7 +217,7 @@ def _written(write, made: list[Path], target: list) -> int:
 def _results_dir(args) -> Path:
     if args.source == "files":
         return Path(args.results or "results")
-    from ablate.tracking import has_credentials
+    from ablate.records.tracking import has_credentials
 
     if args.results or not has_credentials():
         folder = Path(args.results or "wandb")  # offline runs: wandb/offline-run-*/files/record.json
@@ -251,7 +251,7 @@ def _out_path(args, cmd: str) -> Path | None:
 
 def _emit(text: str, out: Path | None, quiet: bool) -> None:
     if out is not None:
-        from ablate.results import atomic_write_text
+        from ablate.records.store import atomic_write_text
 
         atomic_write_text(out, text)
     if not quiet or out is None:
@@ -344,7 +344,7 @@ def _params(args) -> int:
         table.notes = notes
         text = render(table, args.format)
     if args.out and args.out != "-":
-        from ablate.results import atomic_write_text
+        from ablate.records.store import atomic_write_text
 
         atomic_write_text(args.out, text)
     sys.stdout.write(text)
@@ -364,7 +364,7 @@ def log_wandb(
     artifact of the report run; online only where training would be (tracking.wandb_mode: credentials in
     WANDB_API_KEY or ~/.netrc, and network); never prompts."""
     from ablate.config import LoggerConfig
-    from ablate.tracking import project_of, wandb_mode
+    from ablate.records.tracking import project_of, wandb_mode
 
     project = project_of(project or LoggerConfig().project)
     entity = entity or os.environ.get("WANDB_ENTITY") or None
@@ -401,7 +401,7 @@ def _slug(text: str) -> str:
 
 
 def _one_group(an) -> str | None:
-    """The W&B group of the table's runs, where they share one (ablate.sweep.experiment_group)."""
+    """The W&B group of the table's runs, where they share one (ablate.jobs.sweep.experiment_group)."""
     groups = {r.rec.get("sweep") for by_seed in an.coll.runs.values() for r in by_seed.values()}
     return groups.pop() if len(groups) == 1 else None
 

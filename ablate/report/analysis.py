@@ -10,10 +10,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ablate import paper
 from ablate.config import ModelConfig
-from ablate.report import paper, stats
+from ablate.config.rows import ordered
+from ablate.report import stats
 from ablate.report.collect import Collection, Run
-from ablate.rows import ordered
 
 METRICS = ("ppl", "bleu")
 RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu", "test_bleu": "test_bleu"}
@@ -117,7 +118,11 @@ class RowResult:
                 parts.append(f"failed s{s}: {reason}")
             elif r.status == "interrupted":
                 parts.append(f"interrupted s{s}{_at(r)} (its process is gone; rerun to resume)")
-            elif r.status in ("preempted", "timed_out", "cancelled"):  # stopped by SLURM (ablate/requeue.py)
+            elif r.status in (
+                "preempted",
+                "timed_out",
+                "cancelled",
+            ):  # stopped by SLURM (ablate/cluster/slurm_job.py)
                 reason = str(r.rec.get("reason") or "").splitlines()[0] if r.rec.get("reason") else ""
                 parts.append(f"{r.status.replace('_', ' ')} s{s}{_at(r)}" + (f": {reason}" if reason else ""))
         return "; ".join(parts)

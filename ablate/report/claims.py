@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ablate.report import paper
+from ablate import paper
 from ablate.report.analysis import PAPER_PPL_EFFECT, Analysis, Compare, RowResult, _compare, _sentences
 
 METRIC = "ppl"

@@ -1,6 +1,6 @@
 """Read result records and the row configs they came from; pick one run per (row, seed) cell.
 
-The report depends on the record format (ablate.results) and the row YAMLs (conf/model/<row>.yaml), never on
+The report depends on the record format (ablate.records.store) and the row YAMLs (conf/model/<row>.yaml), never on
 training code. Corrupted records become warnings that name the file.
 """
 
@@ -15,10 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from ablate import paper
 from ablate.config import ModelConfig, to_dataclass, total_steps
-from ablate.report import paper
-from ablate.results import code_file_hashes, code_hash, find_records, is_running, stale_code
-from ablate.rows import ordered, resolve_row
+from ablate.config.rows import ordered, resolve_row
+from ablate.records.store import code_file_hashes, code_hash, find_records, is_running, stale_code
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 _STATUS_RANK = {

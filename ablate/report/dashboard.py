@@ -24,8 +24,8 @@ import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces import expr
 from wandb_workspaces.reports.v2 import internal
 
+from ablate.config.rows import group_order
 from ablate.report.plots import plot_titles
-from ablate.rows import group_order
 
 STEP = "trainer/global_step"
 CURVES = (("dev/ppl", "dev PPL"),)
@@ -244,7 +244,7 @@ def report_from_spec(spec: dict[str, Any]) -> wr.Report:
 
 
 def write_spec(report: wr.Report, path: str | Path) -> Path:
-    from ablate.results import atomic_write_text
+    from ablate.records.store import atomic_write_text
 
     atomic_write_text(path, json.dumps(report_spec(report), indent=2) + "\n")
     return Path(path)
@@ -305,7 +305,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ablate.results import find_records
+    from ablate.records.store import find_records
 
     args = _parser().parse_args(argv)
     records, _ = find_records(args.results)
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no runs of sweep {sweep!r} under {args.results} (sweeps: {known})", file=sys.stderr)
         return 2
     from ablate.config import LoggerConfig
-    from ablate.tracking import project_of, wandb_mode
+    from ablate.records.tracking import project_of, wandb_mode
 
     logger = chosen[0].get("config", {}).get("logger", {})
     project = args.project or project_of(logger.get("project") or LoggerConfig().project)

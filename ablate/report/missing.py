@@ -7,11 +7,11 @@ import sys
 from dataclasses import asdict, fields
 from typing import Any
 
+from ablate import paper
 from ablate.config import ArchConfig, DataConfig, DecodeConfig, TrainConfig, TrainerConfig
-from ablate.report import paper
+from ablate.records.store import NOT_IDENTITY
 from ablate.report.analysis import Analysis
 from ablate.report.collect import Run
-from ablate.results import NOT_IDENTITY
 
 
 def missing_cells(

@@ -11,14 +11,14 @@ numbers are shown and nothing is adjusted.
 
 from __future__ import annotations
 
+from ablate import paper
 from ablate.config import ModelConfig, paper_model
-from ablate.model import TransformerConfig
-from ablate.report import paper
+from ablate.nn.model import TransformerConfig
 from ablate.report.render import Table
 
 
 def closed_form(c: TransformerConfig) -> int:
-    """Parameters of ablate.model.Transformer: one tied embedding (no output bias), biased linears,
+    """Parameters of ablate.nn.model.Transformer: one tied embedding (no output bias), biased linears,
     2 LayerNorm parameters per unit, learned positions as one table per stack, final norms for pre-LN."""
     d, h, dk, dv = c.d_model, c.n_heads, c.d_k, c.d_v
     attn = d * h * (2 * dk + dv) + h * (2 * dk + dv) + h * dv * d + d
@@ -37,7 +37,7 @@ def meta_count(c: TransformerConfig) -> int:
     """count_parameters of the model built on the meta device: no weights are allocated."""
     import torch
 
-    from ablate.model import Transformer, count_parameters
+    from ablate.nn.model import Transformer, count_parameters
 
     with torch.device("meta"):
         model = Transformer(c)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ablate.report import paper
+from ablate import paper
 from ablate.report.analysis import Analysis, RowResult, gap_to_base
 from ablate.report.table3 import _label
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ablate.report import paper, stats
+from ablate import paper
+from ablate.config.rows import row_order
+from ablate.report import stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, fnum, fsi
-from ablate.rows import row_order
 
 
 def _pair(run: Run) -> str:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ablate.report import paper, stats
+from ablate import paper
+from ablate.report import stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, fnum
 

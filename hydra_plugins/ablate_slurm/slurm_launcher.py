@@ -1,11 +1,11 @@
 """`hydra/launcher=slurm`: one SLURM job per sweep member, through submitit (`pip install -e '.[slurm]'`).
 
-Before anything is submitted, each member's request is resolved from its own run config (ablate.slurm:
+Before anything is submitted, each member's request is resolved from its own run config (ablate.cluster.slurm_request:
 tasks = trainer.devices per node, nodes = trainer.num_nodes, GPUs only where the trainer uses them, CPUs
 per task from trainer.threads) and checked against what `sinfo` says the partition offers; a request no
 node can hold stops the sweep in one line naming the key. Members with the same request go in one job
 array. Each job asks SLURM for the warning signal (`--signal=USR2@signal_delay_s`) and for requeueing;
-inside the job, ablate.requeue stops training at a checkpoint and requeues the job until the run is
+inside the job, ablate.cluster.slurm_job stops training at a checkpoint and requeues the job until the run is
 finished. The launcher waits for every job, and a job that ended without an answer (scancel, a node lost,
 killed at its time limit) is reported by its SLURM state and written into the run's record, so that the
 sweep's closing line (and exit status) tells which runs did not finish.
@@ -27,7 +27,7 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-# submitit counts requeues after a time limit and gives up past this many; ablate.requeue stops a run that
+# submitit counts requeues after a time limit and gives up past this many; ablate.cluster.slurm_job stops a run that
 # makes no progress in an allocation instead, so the count only has to be out of the way.
 MAX_REQUEUES = 10_000
 
@@ -65,7 +65,7 @@ class _Member:
     idx: int
     run_id: str
     folder: Path  # the run's folder (results.run_dir)
-    request: Any  # ablate.slurm.Request
+    request: Any  # ablate.cluster.slurm_request.Request
 
 
 class AblateSlurmLauncher(Launcher):
@@ -83,7 +83,7 @@ class AblateSlurmLauncher(Launcher):
     # -- on the login node -------------------------------------------------------------------------------
 
     def launch(self, job_overrides: Any, initial_job_idx: int) -> list[JobReturn]:
-        from ablate.slurm import SlurmError
+        from ablate.cluster.slurm_request import SlurmError
 
         try:
             submitit = _import_submitit()
@@ -98,8 +98,9 @@ class AblateSlurmLauncher(Launcher):
     def _members(self, job_overrides: Any, first: int) -> tuple[list[_Member], dict[int, JobReturn]]:
         """Each member's run id and request, checked against the partition before any is submitted; a
         member whose config does not compose is not submitted (its outcome says why)."""
-        from ablate import results, slurm
-        from ablate.sweep import member_config
+        from ablate.cluster import slurm_request as slurm
+        from ablate.jobs.sweep import member_config
+        from ablate.records import store as results
 
         part = slurm.pick_partition(slurm.partitions(), self.params.get("partition"))
         members, refused = [], {}
@@ -143,7 +144,7 @@ class AblateSlurmLauncher(Launcher):
         return [jobs[m.idx] for m in members]
 
     def _sbatch(self, req: Any) -> dict[str, Any]:
-        from ablate.requeue import DELAY_ENV
+        from ablate.cluster.slurm_job import DELAY_ENV
 
         p = self.params
         extra = {"requeue": True, **(p.get("additional_parameters") or {})}
@@ -186,7 +187,7 @@ class AblateSlurmLauncher(Launcher):
     ) -> JobReturn:
         import submitit
 
-        from ablate import requeue
+        from ablate.cluster import slurm_job as requeue
 
         requeue.job().install()  # before Hydra composes: the warning may come at any time
         Singleton.set_state(singleton_state)
@@ -204,7 +205,7 @@ class AblateSlurmLauncher(Launcher):
         )
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """submitit's protocol, for a warning that comes before ablate.requeue's handler is in place: the
+        """submitit's protocol, for a warning that comes before ablate.cluster.slurm_job's handler is in place: the
         same member again (the run resumes from its checkpoint)."""
         import submitit
 
@@ -213,7 +214,7 @@ class AblateSlurmLauncher(Launcher):
 
 def _returned(overrides: list[str], run_id: str, status: str, reason: str) -> JobReturn:
     """A JobReturn for a member that gave none of its own: its outcome, for the sweep's closing line."""
-    from ablate.sweep import outcome
+    from ablate.jobs.sweep import outcome
 
     ret = JobReturn(overrides=overrides, status=JobStatus.COMPLETED)
     ret.return_value = outcome(run_id, status, reason)
@@ -221,7 +222,7 @@ def _returned(overrides: list[str], run_id: str, status: str, reason: str) -> Jo
 
 
 def _import_submitit() -> Any:
-    from ablate.slurm import SlurmError
+    from ablate.cluster.slurm_request import SlurmError
 
     try:
         import submitit
@@ -248,7 +249,7 @@ def _status_of(state: str) -> str:
 
 def _mark(folder: Path, status: str, reason: str) -> None:
     """Say in the run's record how its job ended, unless the run finished after all."""
-    from ablate import results
+    from ablate.records import store as results
 
     path = folder / results.RECORD_NAME
     try:

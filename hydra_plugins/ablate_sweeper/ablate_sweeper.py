@@ -39,7 +39,7 @@ from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSou
 from hydra.plugins.search_path_plugin import SearchPathPlugin
 from omegaconf import DictConfig, OmegaConf
 
-from ablate.rows import TABLE3_ROWS, group_order, ordered, resolve_row, row_order
+from ablate.config.rows import TABLE3_ROWS, group_order, ordered, resolve_row, row_order
 
 MODEL_GROUP = "model"
 
@@ -185,7 +185,7 @@ class AblateSweeper(BasicSweeper):
             try:
                 loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
-                from ablate import plan
+                from ablate.jobs import plan
 
                 reason = _composition_problem(list(overrides), e, loader.get_sources())
                 label = next((o for o in overrides if o.startswith(f"{MODEL_GROUP}=")), " ".join(overrides))
@@ -217,8 +217,8 @@ class AblateSweeper(BasicSweeper):
 
     def sweep(self, arguments: list[str]) -> Any:
         """Run the sweep, then say how each member ended, in one line; exit 1 unless all finished."""
-        from ablate import plan
-        from ablate.sweep import summary
+        from ablate.jobs import plan
+        from ablate.jobs.sweep import summary
 
         returns = super().sweep(self._expand(arguments))
         if plan.active():  # --plan: each job printed its line; the counts, exit 2 where one is refused
@@ -237,8 +237,8 @@ class AblateSweeper(BasicSweeper):
 
 def _composition_problem(overrides: list[str], error: Exception, sources: Sequence[Any]) -> str:
     """Why a job's config does not compose, in one line: the row file's own problem where the job names a
-    row file that has one (ablate.rows.row_file_problem), else the first line of Hydra's message."""
-    from ablate.rows import row_file_problem
+    row file that has one (ablate.config.rows.row_file_problem), else the first line of Hydra's message."""
+    from ablate.config.rows import row_file_problem
 
     rows = [o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == MODEL_GROUP]
     for row in rows[-1:]:

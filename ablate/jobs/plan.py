@@ -1,10 +1,10 @@
-"""`python -m ablate.run -m <overrides> --plan`, or `python -m ablate.plan -m <overrides>`: each run a
+"""`python -m ablate.run -m <overrides> --plan`, or `python -m ablate.jobs.plan -m <overrides>`: each run a
 command would train, and what training it would do, without training anything.
 
 One line a job: row, seed, preset, the model it would build (after recipe and scale), its run id, and
 `finished`, `to resume from step k`, `to retry (failed: ...)`, `to train`, `being run by another process`
 or `refused: <the reason training would give>`. The identity is the one training uses
-(ablate.sweep.member_config, ablate.results.run_id), so the plan and the run agree on what is finished. The
+(ablate.jobs.sweep.member_config, ablate.records.store.run_id), so the plan and the run agree on what is finished. The
 sweep ends with one line of counts; the exit status is 2 when any job is refused, else 0.
 """
 
@@ -67,7 +67,7 @@ def model_text(cfg: RunConfig) -> str:
 
 def state(cfg: RunConfig) -> tuple[str, str]:
     """(word, detail) for the run `cfg` names: what the same command without --plan would do with it."""
-    from ablate import results
+    from ablate.records import store as results
 
     problem = row_problem(cfg)
     if problem:
@@ -101,7 +101,7 @@ def state(cfg: RunConfig) -> tuple[str, str]:
 def _checkpoint_step(folder: Path) -> int | None:
     """The step a run would resume from, by the names of its checkpoints (last.ckpt: the newest of them,
     or step 0 where it is the only one)."""
-    from ablate import results
+    from ablate.records import store as results
 
     step = results.checkpoint_step(folder)
     if step is not None:
@@ -111,7 +111,7 @@ def _checkpoint_step(folder: Path) -> int | None:
 
 def line(cfg: RunConfig) -> tuple[str, str]:
     """(the plan's line for this job, its state word)."""
-    from ablate import results
+    from ablate.records import store as results
 
     word, detail = state(cfg)
     if word == REFUSED:
@@ -176,7 +176,7 @@ def _after_overrides(argv: list[str]) -> int:
 
 
 def main() -> None:
-    """`python -m ablate.plan <ablate.run's arguments>`: ablate.run as `python -m` runs it (Hydra finds
+    """`python -m ablate.jobs.plan <ablate.run's arguments>`: ablate.run as `python -m` runs it (Hydra finds
     conf/ beside the script it runs), with --plan."""
     import runpy
 

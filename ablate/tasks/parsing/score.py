@@ -1,13 +1,13 @@
 """Scoring linearized parser outputs against gold trees (section 6.3, Table 4: WSJ 23 F1).
 
 ``score_predictions`` rebuilds a tree from each model output over its source words
-(:func:`ablate.parsing.linearize.delinearize`, which repairs malformed outputs) and scores the
-trees with EVALB/COLLINS.prm rules (:func:`ablate.parsing.evalb.evalb`).  Figures are on
+(:func:`ablate.data.treebank.linearize.delinearize`, which repairs malformed outputs) and scores the
+trees with EVALB/COLLINS.prm rules (:func:`ablate.tasks.parsing.evalb.evalb`).  Figures are on
 EVALB's 0-100 scale.
 
 Command line::
 
-    python -m ablate.parsing.score GOLD.mrg PRED.txt [--sources SRC.txt] [--details] [--trees OUT]
+    python -m ablate.tasks.parsing.score GOLD.mrg PRED.txt [--sources SRC.txt] [--details] [--trees OUT]
 
 GOLD is bracketed trees (any number per line); PRED has one linearized tree per line; the
 source words default to the gold words.
@@ -21,9 +21,10 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from ablate.data.treebank.linearize import delinearize_with_report
+from ablate.data.treebank.tree import Tree, clean, read_mrg, to_string, words
+
 from .evalb import COLLINS, EvalbResult, copy_gold_tags, evalb
-from .linearize import delinearize_with_report
-from .tree import Tree, clean, read_mrg, to_string, words
 
 __all__ = ["score_predictions", "score_trees", "figures", "main"]
 
@@ -93,7 +94,9 @@ def figures(result: EvalbResult, notes: list[list[str]]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point; prints the summary as JSON (and EVALB's table with --details)."""
-    ap = argparse.ArgumentParser(prog="python -m ablate.parsing.score", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m ablate.tasks.parsing.score", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("gold", type=Path, help="gold trees, bracketed (.mrg or one per line)")
     ap.add_argument("predictions", type=Path, help="one linearized tree per line")
     ap.add_argument("--sources", type=Path, help="one source sentence per line (default: gold words)")

@@ -21,10 +21,10 @@ import torch
 from ablate.config import RunConfig, row_arch
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
-from ablate.decode import CachedStepper, beam_search, greedy_search
-from ablate.loss import LogitsBuffer, label_smoothed_loss
-from ablate.model import Transformer, TransformerConfig
-from ablate.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
+from ablate.nn.decode import CachedStepper, beam_search, greedy_search
+from ablate.nn.loss import LogitsBuffer, label_smoothed_loss
+from ablate.nn.model import Transformer, TransformerConfig
+from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
 
 
 class NonFiniteLoss(RuntimeError):
@@ -167,7 +167,7 @@ class TranslationModule(pl.LightningModule):
         d = self.cfg.decode
         stepper = CachedStepper(self.model)
         if self.cfg.task == "parsing" and d.well_formed:  # only trees over the source's words
-            from ablate.parsing.constrain import tree_stepper
+            from ablate.tasks.parsing.constrain import tree_stepper
 
             stepper = tree_stepper(stepper, self.cfg)
         if d.method == "greedy":

@@ -7,11 +7,10 @@ prediction scoring (:mod:`.score`). The search's constraint to well-formed trees
 (:mod:`.constrain`, decode.well_formed) works on the decoder's scores; only decoding imports it.
 """
 
-from .builtin import generate_trees, write_builtin_treebank
-from .evalb import COLLINS, EvalbParams, EvalbResult, EvalbSummary, SentenceResult, evalb
-from .linearize import XX, delinearize, delinearize_with_report, linearize, strip_tags
-from .tree import Tree, clean, parse_bracketed, read_mrg, tags, to_string, words
-from .wsj import (
+from ablate.data.treebank.builtin import generate_trees, write_builtin_treebank
+from ablate.data.treebank.linearize import XX, delinearize, delinearize_with_report, linearize, strip_tags
+from ablate.data.treebank.tree import Tree, clean, parse_bracketed, read_mrg, tags, to_string, words
+from ablate.data.treebank.wsj import (
     DEV_SECTIONS,
     SPLITS,
     TEST_SECTIONS,
@@ -22,9 +21,11 @@ from .wsj import (
     parallel_text,
 )
 
+from .evalb import COLLINS, EvalbParams, EvalbResult, EvalbSummary, SentenceResult, evalb
+
 
 def __getattr__(name: str):
-    # Imported lazily so that `python -m ablate.parsing.score` does not find the module
+    # Imported lazily so that `python -m ablate.tasks.parsing.score` does not find the module
     # already imported by its package (runpy's RuntimeWarning).
     if name == "score_predictions":
         from .score import score_predictions

@@ -14,7 +14,7 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-from ablate.model import KVCache, Transformer
+from ablate.nn.model import KVCache, Transformer
 
 
 class Stepper(Protocol):

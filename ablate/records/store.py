@@ -24,7 +24,7 @@ from typing import Any
 SCHEMA_VERSION = 1
 RECORD_NAME = "record.json"
 # running, finished; failed: the code failed (the reason says how); preempted, timed_out: stopped at a
-# checkpoint by SLURM, the job waits to be requeued (ablate/requeue.py); cancelled: scancel.
+# checkpoint by SLURM, the job waits to be requeued (ablate/cluster/slurm_job.py); cancelled: scancel.
 STATUSES = ("running", "finished", "failed", "preempted", "timed_out", "cancelled")
 
 # Keys that do not change what a run computes.

@@ -184,7 +184,7 @@ def delinearize(target: str, words: list[str], default_root: str = DEFAULT_ROOT)
     The result is always a well-formed tree whose leaves are exactly ``words``, in order, each
     under a preterminal tagged ``XX``.  For a well-formed target with one ``XX`` per word the
     tree is rebuilt exactly: ``delinearize(linearize(t), words(t)) == strip_tags(t)`` for any
-    cleaned tree ``t`` (see :func:`ablate.parsing.tree.clean`).  Repair rules, applied in a
+    cleaned tree ``t`` (see :func:`ablate.data.treebank.tree.clean`).  Repair rules, applied in a
     single left-to-right pass over the whitespace-separated tokens:
 
     1. ``(LABEL`` opens a constituent; ``XX`` takes the next unused word (in a ``tree_words``

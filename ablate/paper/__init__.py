@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from ablate.rows import TABLE3_GROUPS, TABLE3_ROWS
+from ablate.config.rows import TABLE3_GROUPS, TABLE3_ROWS
 
 HERE = Path(__file__).parent
 

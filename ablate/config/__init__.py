@@ -22,7 +22,7 @@ from typing import Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from ablate.model import TransformerConfig
+from ablate.nn.model import TransformerConfig
 
 
 class ConfigError(ValueError):

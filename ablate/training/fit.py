@@ -21,8 +21,7 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from ablate import devices, faults, results, tracking
-from ablate.callbacks import Budget, Curves, Preempted, Preemption, StepProgress, TimeLimit, TrainClock
+from ablate.cluster import gpu_pool as devices
 from ablate.config import (
     RunConfig,
     accumulation,
@@ -33,9 +32,21 @@ from ablate.config import (
     total_steps,
 )
 from ablate.data.datamodule import Prepared, TranslationData
-from ablate.hardware import device_name, keep_freed_memory, resolve_precision
-from ablate.lit import TranslationModule
-from ablate.model import Transformer, count_parameters
+from ablate.nn.model import Transformer, count_parameters
+from ablate.records import store as results
+from ablate.records import tracking
+from ablate.training import faults
+from ablate.training.callbacks import (
+    Budget,
+    Curves,
+    Preempted,
+    Preemption,
+    StepProgress,
+    TimeLimit,
+    TrainClock,
+)
+from ablate.training.hardware import device_name, keep_freed_memory, resolve_precision
+from ablate.training.module import TranslationModule
 
 
 class CheckpointError(ValueError):
@@ -136,7 +147,7 @@ def _module(
     references = dm.references("dev")[: cfg.decode.dev_limit or None]
     scorer = None
     if cfg.task == "parsing":
-        from ablate.parsing.task import gold_trees, parsing_metrics
+        from ablate.data.treebank.corpus import gold_trees, parsing_metrics
 
         sources, gold = dm.sources_text("dev"), gold_trees(prepared.root, "dev", cfg.data)
         scorer = lambda hyps: parsing_metrics(sources, hyps, gold)  # noqa: E731 - EVALB F1 of dev (6.3)
@@ -171,7 +182,7 @@ def _model_facts(cfg: RunConfig, module: TranslationModule) -> dict:
 def _logger(cfg: RunConfig, out: Path):
     """The run's logger; its config is the run's, plus flat keys a W&B panel can filter and group on (the
     Table 3 row and group, the preset) and the paper's figures for the row."""
-    from ablate.report.paper import table3
+    from ablate.paper import table3
 
     tags = [cfg.model.group, f"seed{cfg.seed}"]
     paper = table3().get(cfg.model.name)

@@ -165,7 +165,7 @@ def what_ran(run_dir: Path, config: dict) -> dict:
     and parallel coordinates show what trained, not the paper-size row the config names."""
     import json
 
-    from ablate.report.paper import table3
+    from ablate.paper import table3
 
     try:
         rec = json.loads((run_dir / "record.json").read_text())

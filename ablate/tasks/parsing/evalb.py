@@ -39,7 +39,7 @@ Further rules of EVALB (``evalb.c``) that are reproduced:
 
 **Which tree decides what is punctuation.**  EVALB itself deletes a preterminal on reading each
 tree, from *that tree's own* POS label: gold punctuation from gold tags, test punctuation
-from test tags.  Model outputs from :mod:`ablate.parsing.linearize` carry only ``XX`` tags,
+from test tags.  Model outputs from :mod:`ablate.data.treebank.linearize` carry only ``XX`` tags,
 so run literally EVALB would keep the test punctuation, see more test words than gold words
 and report every sentence containing punctuation as "Length unmatch".  The usual remedy
 (feeding EVALB test trees whose tags were copied from the gold tree) is what ``test_tags``
@@ -56,7 +56,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .tree import Tree, preterminals
+from ablate.data.treebank.tree import Tree, preterminals
 
 __all__ = [
     "EvalbParams",
@@ -209,7 +209,7 @@ class EvalbResult:
     sentences: list[SentenceResult] = field(default_factory=list)
     params: EvalbParams = COLLINS
     # The F1 of one flat tree per sentence, (S w1 .. wn), over the same gold trees (set by
-    # ablate.parsing.score.score_trees): the floor below which a parser has learned nothing.
+    # ablate.tasks.parsing.score.score_trees): the floor below which a parser has learned nothing.
     flat_f1: float | None = None
 
     def summary(self, max_len: int | None = None) -> EvalbSummary:

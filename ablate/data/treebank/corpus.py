@@ -1,7 +1,7 @@
 """English constituency parsing as a translation task (section 6.3, Table 4), for the training pipeline.
 
 * :func:`parsing_corpus` turns a treebank into the parallel text the datamodule prepares: the source is
-  a sentence's words, the target its linearized tree (:func:`ablate.parsing.linearize.linearize`).
+  a sentence's words, the target its linearized tree (:func:`ablate.data.treebank.linearize.linearize`).
   Train is WSJ 02-21 (plus ``data.silver_trees`` for ``data.name=wsj_semi``, plus each tree's constituents
   for ``data.constituent_pairs``), dev 22, test 23, read from ``data.treebank_dir`` or from the built-in
   treebank (``data.treebank_builtin``), which is written once into ``<cache_dir>/treebanks/``.
@@ -19,10 +19,10 @@ from pathlib import Path
 
 from ablate.config import ConfigError, DataConfig
 from ablate.data import sources
-from ablate.parsing.builtin import BUILTIN_VERSION, write_builtin_treebank
-from ablate.parsing.linearize import LANGUAGES
-from ablate.parsing.tree import Tree, parse_bracketed, to_string, words
-from ablate.parsing.wsj import load_silver, load_split, parallel_text
+from ablate.data.treebank.builtin import BUILTIN_VERSION, write_builtin_treebank
+from ablate.data.treebank.linearize import LANGUAGES
+from ablate.data.treebank.tree import Tree, parse_bracketed, to_string, words
+from ablate.data.treebank.wsj import load_silver, load_split, parallel_text
 
 __all__ = [
     "NAMES",
@@ -186,9 +186,9 @@ def parsing_metrics(sources: list[str], hyps: list[str], split_gold: list[Tree])
     hypotheses than sentences are given (``decode.dev_limit``), the first ``len(hyps)`` are scored.
     Keys: ``f1``, ``precision``, ``recall``, ``f1_le40`` (and its precision/recall), ``complete_match``,
     ``average_crossing``, ``n``, ``n_valid``, ``n_error``, ``n_skip``, ``n_repaired`` (see
-    :func:`ablate.parsing.score.score_predictions`).
+    :func:`ablate.tasks.parsing.score.score_predictions`).
     """
-    from ablate.parsing.score import score_predictions
+    from ablate.tasks.parsing.score import score_predictions
 
     n = len(hyps)
     if len(sources) < n or len(split_gold) < n:

@@ -3,7 +3,7 @@
 The paper trains on WSJ sections 02-21 (about 40K sentences), tunes on section 22 and
 reports F1 on section 23: the standard split, kept here as constants.  A treebank folder is
 laid out as in the LDC release, ``<dir>/<section>/*.mrg`` (e.g. ``parsed/mrg/wsj`` of
-Treebank-3), or as written by :func:`ablate.parsing.builtin.write_builtin_treebank`.
+Treebank-3), or as written by :func:`ablate.data.treebank.builtin.write_builtin_treebank`.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def section_files(treebank_dir: str | Path, section: str | int) -> list[Path]:
 
 
 def load_wsj(treebank_dir: str | Path, sections: Iterable[str | int]) -> list[Tree]:
-    """Cleaned trees (see :func:`ablate.parsing.tree.clean`) of the given sections, in order.
+    """Cleaned trees (see :func:`ablate.data.treebank.tree.clean`) of the given sections, in order.
 
     Malformed files raise ``ValueError`` naming file and line.
     """
@@ -103,7 +103,7 @@ def load_silver(path: str | Path) -> list[Tree]:
 def parallel_text(trees: Iterable[Tree], language: str = "tree") -> tuple[list[str], list[str]]:
     """Source and target sentences for seq2seq training (section 6.3, Vinyals et al. 2015).
 
-    Source: the words joined by single spaces.  Target: :func:`ablate.parsing.linearize.linearize` in
+    Source: the words joined by single spaces.  Target: :func:`ablate.data.treebank.linearize.linearize` in
     ``language`` (``data.tgt_lang``).
     Words are PTB tokens and never contain whitespace, so ``source.split()`` gives them back.
     """

@@ -33,7 +33,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ablate import results
+from ablate.records import store as results
 
 DELAY_ENV = "ABLATE_SLURM_SIGNAL_DELAY_S"  # S of --signal=USR2@S, exported by hydra/launcher=slurm
 ALLOCATIONS = "allocations.jsonl"

@@ -6,7 +6,7 @@ resolved config, starts one worker per device with the torch.distributed environ
 processes created externally and launches nothing), supervises them, and fails the job with a clear message
 as soon as any rank fails. Under SLURM (submitit), each task already is one rank and no spawning happens.
 
-    python -m ablate.launch <run_dir>/job_config.json     (a worker; started by spawn_job)
+    python -m ablate.cluster.ddp <run_dir>/job_config.json     (a worker; started by spawn_job)
 """
 
 from __future__ import annotations
@@ -23,8 +23,10 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ablate import devices, faults, results
+from ablate.cluster import gpu_pool as devices
 from ablate.config import RunConfig, to_dataclass
+from ablate.records import store as results
+from ablate.training import faults
 
 
 class JobFailed(RuntimeError):
@@ -64,7 +66,7 @@ def spawn_job(cfg: RunConfig, out: Path, base_env: dict[str, str] | None = None)
         stdout = None if rank == 0 else open(log, "w")
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "ablate.launch", str(cfg_path)],
+                [sys.executable, "-m", "ablate.cluster.ddp", str(cfg_path)],
                 env=env,
                 stdout=stdout,
                 stderr=subprocess.STDOUT if stdout else None,
@@ -128,7 +130,7 @@ def _mark_failed(cfg: RunConfig, path: Path, reason: str, held: list[int] | None
 
 def worker_main(cfg_path: str) -> None:
     from ablate.data.datamodule import prepare_corpus
-    from ablate.worker import run_worker
+    from ablate.training.fit import run_worker
 
     cfg = to_dataclass(OmegaConf.create(json.loads(Path(cfg_path).read_text())))
     faults.check_start(cfg.model.name)

@@ -12,14 +12,16 @@ import time
 import warnings
 from pathlib import Path
 
-from ablate import devices, requeue, results
-from ablate.callbacks import Preempted
+from ablate.cluster import gpu_pool as devices
+from ablate.cluster import slurm_job as requeue
+from ablate.cluster.ddp import spawn_job
 from ablate.config import RunConfig, validate
 from ablate.data.datamodule import prepare_corpus
-from ablate.hardware import check_accelerator
-from ablate.launch import spawn_job
-from ablate.sweep import launcher_setting
-from ablate.worker import run_worker
+from ablate.jobs.sweep import launcher_setting
+from ablate.records import store as results
+from ablate.training.callbacks import Preempted
+from ablate.training.fit import run_worker
+from ablate.training.hardware import check_accelerator
 
 # Two warnings Lightning prints on every run that say nothing about this one: a deprecation inside its own
 # pytree helper, and a note that our transfer_batch_to_device (which moves our Batch dataclass) is used.

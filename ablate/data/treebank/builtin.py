@@ -4,7 +4,7 @@ The Penn Treebank is licensed (LDC99T42) and cannot be shipped, so this module g
 deterministic English-like treebank from a hand-written PCFG (a few dozen rules, a few hundred
 words) and writes it in real ``.mrg`` format, laid out like the WSJ release
 (``<dir>/02/wsj_0200.mrg`` ... ``<dir>/23/wsj_23NN.mrg``), so that exactly the same reading
-and cleaning path (:mod:`ablate.parsing.wsj`) is used as for the real data.  The raw trees
+and cleaning path (:mod:`ablate.data.treebank.wsj`) is used as for the real data.  The raw trees
 carry what ``clean`` must remove: function tags (``NP-SBJ``, ``PP-LOC``), co-indexed WH
 traces (``WHNP-1`` ... ``(-NONE- *T*-1)``), PRO subjects ``(-NONE- *)``, null complementizers
 ``(-NONE- 0)``, plus punctuation (scored or deleted by EVALB) and ``-LRB-``/``-RRB-``.
@@ -26,7 +26,7 @@ __all__ = ["generate_trees", "write_builtin_treebank", "format_mrg", "BUILTIN_VE
 
 BUILTIN_VERSION = 1  # bump when the grammar changes, so that stale folders are regenerated
 _STAMP = "BUILTIN.json"
-_TRAIN_SECTIONS = [f"{i:02d}" for i in range(2, 22)]  # same split as ablate.parsing.wsj
+_TRAIN_SECTIONS = [f"{i:02d}" for i in range(2, 22)]  # same split as ablate.data.treebank.wsj
 
 # ---------------------------------------------------------------------------------------------
 # Lexicon: POS tag -> words.  Words with special characters on purpose (U.S., AT&T, 10.5, $).

@@ -30,9 +30,8 @@ import torch
 from torch import Tensor
 
 from ablate.data.tokenizer import EOS, PAD
-from ablate.decode import Stepper, max_output_lengths
-
-from .linearize import PTB_LABELS, XX, spell
+from ablate.data.treebank.linearize import PTB_LABELS, XX, spell
+from ablate.nn.decode import Stepper, max_output_lengths
 
 SPACE = "\u2581"  # sentencepiece's word boundary, the first character of a word's first piece
 ANY_WORD = "\x01"  # a tree_words leaf: any word, as the reader trusts a leaf's position, not its text
