@@ -12,8 +12,10 @@ import hydra
 from omegaconf import DictConfig
 
 from ablate.config import ConfigError, RunConfig, register_configs
+from ablate.errors import first_line, typed_line
 from ablate.jobs import plan
 from ablate.jobs.sweep import member_config, outcome
+from ablate.records.status import CTRL_C
 
 register_configs()
 
@@ -36,17 +38,15 @@ def summary(rec: dict) -> str:
 def _record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
     """A sweep member rejected before training (bad config or data) still gets a failed record, so the
     report shows it and a re-run of the sweep retries it. Returns its run id, where the config has one."""
-    from ablate.records import store as results
+    from ablate.records import identity, status, store
 
     if cfg is None:
         return None
     try:
-        path = results.run_dir(cfg) / results.RECORD_NAME
-        if not path.is_file():  # else training wrote its own record
-            results.atomic_write_json(
-                path, results.new_record(cfg, "failed", reason=_first_line(e), finished=results.now())
-            )
-        return results.run_id(cfg)
+        path = identity.run_dir(cfg) / store.RECORD_NAME
+        if status.on_disk(path) is None:  # else training wrote its own record
+            status.transition(path, "reject", store.new_record(cfg), first_line(e))
+        return identity.run_id(cfg)
     except Exception:  # noqa: BLE001 - the error itself has been printed; recording it is best effort
         return None
 
@@ -55,38 +55,15 @@ def _settle_running(cfg: RunConfig | None, reason: str) -> None:
     """A run that stopped on an OSError (a full disk) may have failed to write its failure too, leaving its
     record `running`: now that the process no longer trains it, it says failed with the reason (where the
     disk lets it; the same command retries it either way)."""
-    from ablate.records import store as results
+    from ablate.records import folder, identity, status, store
 
     if cfg is None:
         return
+    run = identity.run_dir(cfg)
     try:
-        folder = results.run_dir(cfg)
-        rec = results.read_record(folder / results.RECORD_NAME)
-        if rec["status"] == "running" and not results.is_running(folder):
-            rec.update(status="failed", reason=reason, finished=results.now())
-            results.atomic_write_json(folder / results.RECORD_NAME, rec)
+        if not folder.is_running(run):
+            status.settle(run / store.RECORD_NAME, "fail", reason)
     except Exception:  # noqa: BLE001 - best effort: the error itself has been printed
-        pass
-
-
-INTERRUPTED = "interrupted by Ctrl-C; the same command resumes it from its last checkpoint"
-
-
-def _mark_interrupted(cfg: RunConfig | None) -> None:
-    """Ctrl-C is not a failure of the run: its record goes back to `running` (which the report shows as
-    interrupted once this process is gone) with the reason, where training had marked it failed."""
-    from ablate.records import store as results
-
-    if cfg is None:
-        return
-    path = results.run_dir(cfg) / results.RECORD_NAME
-    try:
-        rec = results.read_record(path)
-        if rec["status"] == "failed":
-            for key in ("finished", "traceback"):
-                rec.pop(key, None)
-            results.atomic_write_json(path, {**rec, "status": "running", "reason": INTERRUPTED})
-    except (OSError, ValueError):  # no record yet, or one the user edited: left as it is
         pass
 
 
@@ -149,20 +126,15 @@ def _check_threads(cfg: RunConfig) -> None:
 def _os_error_line(e: OSError, cfg: RunConfig | None) -> str:
     """An OSError in one line that names where: its file, else the run's folder (a full disk raises from a
     write that knows no name: `[Errno 28] No space left on device`)."""
-    line = _first_line(e)
+    line = first_line(e)
     if e.filename is None and cfg is not None:
-        from ablate.records import store as results
+        from ablate.records import identity
 
         try:
-            line += f" (writing the run {results.run_dir(cfg)})"
+            line += f" (writing the run {identity.run_dir(cfg)})"
         except Exception:  # noqa: BLE001 - the folder cannot be named: the error as it is
             pass
     return line
-
-
-def _first_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
 
 
 def _f1_line(m: dict) -> str:
@@ -180,8 +152,7 @@ def main(dcfg: DictConfig) -> dict | None:
     from hydra.core.hydra_config import HydraConfig
 
     from ablate.jobs.train import train
-    from ablate.records import store as results
-    from ablate.records import tracking
+    from ablate.records import identity, tracking
 
     tracking.quiet_third_party()
     hc = HydraConfig.get()
@@ -196,16 +167,12 @@ def main(dcfg: DictConfig) -> dict | None:
             raise ConfigError(problem)
         _check_threads(cfg)
         rec = train(cfg)
-    except KeyboardInterrupt:
-        _mark_interrupted(cfg)
-        raise
     except SystemExit as e:  # Lightning answers Ctrl-C in fit with exit(1), raised while handling it
-        if isinstance(e.__context__, KeyboardInterrupt):
-            _mark_interrupted(cfg)
+        if isinstance(e.__context__, KeyboardInterrupt):  # training recorded it as interrupted
             raise KeyboardInterrupt from None
         raise
     except (ConfigError, ValueError, OSError) as e:
-        line = _os_error_line(e, cfg) if isinstance(e, OSError) else _first_line(e)
+        line = _os_error_line(e, cfg) if isinstance(e, OSError) else first_line(e)
         print(f"error: {line}", file=sys.stderr)
         if isinstance(e, OSError):
             _settle_running(cfg, line)
@@ -214,12 +181,12 @@ def main(dcfg: DictConfig) -> dict | None:
             return outcome(run_id, "failed", line)
         sys.exit(2)
     except Exception as e:  # noqa: BLE001 - one failing sweep member must not stop the others
-        print(f"error: run failed: {type(e).__name__}: {_first_line(e)}", file=sys.stderr)
+        print(f"error: run failed: {typed_line(e)}", file=sys.stderr)
         if multirun:
-            run_id = results.run_id(cfg) if cfg is not None else " ".join(hc.overrides.task)
-            return outcome(run_id, "failed", f"{type(e).__name__}: {_first_line(e)}")
+            run_id = identity.run_id(cfg) if cfg is not None else " ".join(hc.overrides.task)
+            return outcome(run_id, "failed", typed_line(e))
         sys.exit(1)
-    rec["_dir"] = str(results.run_dir(cfg))
+    rec["_dir"] = str(identity.run_dir(cfg))
     print(summary(rec))
     m = rec.get("metrics", {})
     return outcome(rec["run_id"], rec["status"], rec.get("reason"), dev_bleu=m.get("dev_bleu"))
@@ -227,17 +194,17 @@ def main(dcfg: DictConfig) -> dict | None:
 
 def _plan(dcfg: DictConfig, overrides: list[str], launcher, multirun: bool) -> dict:
     """--plan: the job's line instead of its training (ablate.jobs.plan); nothing is written."""
-    from ablate.records import store as results
+    from ablate.records import identity
 
     try:
         cfg = member_config(dcfg, overrides, launcher)
     except (ConfigError, ValueError) as e:
-        print(f"[plan] {' '.join(overrides)}  refused: {_first_line(e)}")
+        print(f"[plan] {' '.join(overrides)}  refused: {first_line(e)}")
         word, run_id = plan.REFUSED, " ".join(overrides)
     else:
         text, word = plan.line(cfg)
         print(text)
-        run_id = cfg.model.name if word == plan.REFUSED else results.run_id(cfg)
+        run_id = cfg.model.name if word == plan.REFUSED else identity.run_id(cfg)
     if word == plan.REFUSED and not multirun:
         sys.exit(2)
     return outcome(run_id, word)
@@ -360,7 +327,7 @@ def entry(argv: list[str]) -> None:
     try:
         main()
     except KeyboardInterrupt:  # Ctrl-C: one line, not the tracebacks of every layer it passed through
-        print(f"[ablate] stopped: {INTERRUPTED}", file=sys.stderr, flush=True)
+        print(f"[ablate] stopped: {CTRL_C}", file=sys.stderr, flush=True)
         sys.exit(130)
     finally:
         if scratch:

@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from ablate.evaluate import checkpoint_step, evaluate_run, step_checkpoints
+from ablate.training.evaluation import checkpoint_step, evaluate_run, step_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 

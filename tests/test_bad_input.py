@@ -17,7 +17,7 @@ from ablate.data.batching import BatchingError
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
 from ablate.jobs.train import train
-from ablate.records import store as results
+from ablate.records import identity, store
 from ablate.run import register_configs  # noqa: F401 - registers the schema
 from ablate.training.fit import CheckpointError
 
@@ -171,14 +171,14 @@ def finished_run(tmp_path_factory):
 def _second_run_with(tmp_path, finished_run, payload):
     tmp, _, _ = finished_run
     cfg = cfg_for(tmp, "train.max_steps=4", "model.d_ff=4096", "trainer.threads=1")  # another architecture
-    ckpt = results.run_dir(cfg) / "checkpoints" / "last.ckpt"
+    ckpt = identity.run_dir(cfg) / "checkpoints" / "last.ckpt"
     ckpt.parent.mkdir(parents=True, exist_ok=True)
     payload(ckpt)
     return cfg, ckpt
 
 
 def test_checkpoint_of_another_architecture(tmp_path, finished_run):
-    src = next(results.run_dir(finished_run[1]).glob("checkpoints/last.ckpt"))
+    src = next(identity.run_dir(finished_run[1]).glob("checkpoints/last.ckpt"))
     cfg, ckpt = _second_run_with(tmp_path, finished_run, lambda p: shutil.copy(src, p))
     with pytest.raises(CheckpointError, match=r"last\.ckpt: checkpoint of a different architecture"):
         train(cfg)
@@ -187,7 +187,7 @@ def test_checkpoint_of_another_architecture(tmp_path, finished_run):
 
 
 def test_corrupted_checkpoint(tmp_path, finished_run):
-    src = next(results.run_dir(finished_run[1]).glob("checkpoints/last.ckpt"))
+    src = next(identity.run_dir(finished_run[1]).glob("checkpoints/last.ckpt"))
     data = src.read_bytes()
     cfg, _ = _second_run_with(tmp_path, finished_run, lambda p: p.write_bytes(data[: len(data) // 2]))
     with pytest.raises(CheckpointError, match=r"no readable checkpoint \(last.ckpt\)"):
@@ -209,13 +209,13 @@ def test_checkpoint_that_would_run_code_is_refused(tmp_path, finished_run):
 def test_corrupted_record(tmp_path, finished_run):
     tmp, cfg, rec = finished_run
     other = cfg_for(tmp, "train.max_steps=4", "seed=7")
-    path = results.run_dir(other) / "record.json"
+    path = identity.run_dir(other) / "record.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text('{"status": "finish')
-    with pytest.raises(results.RecordError, match=r"record\.json: unreadable result record"):
+    with pytest.raises(store.RecordError, match=r"record\.json: unreadable result record"):
         train(other)
     assert path.read_text() == '{"status": "finish'  # left as it was for the user to look at
-    recs, errors = results.find_records(tmp / "results")
+    recs, errors = store.find_records(tmp / "results")
     assert len(errors) == 1 and "record.json" in errors[0]
     assert any(r["run_id"] == rec["run_id"] for r in recs)
 

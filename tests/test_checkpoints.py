@@ -7,7 +7,7 @@ import pytest
 import torch
 from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 
-from ablate.evaluate import average_checkpoints
+from ablate.training.evaluation import average_checkpoints
 from ablate.training.fit import AtomicCheckpointIO, CheckpointError
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_report_table3 import QUALITY, TODAY, _write_run
 
-from ablate.report import collect as collect_mod
+from ablate.records import staleness
 from ablate.report import stats
 from ablate.report.__main__ import main
 from ablate.report.analysis import Analysis, Compare, RowResult, analyse
@@ -32,7 +32,7 @@ CONF = ROOT / "conf" / "model"
 def _analysis(tmp_path, monkeypatch, quality: dict[str, float], seeds=(1, 2, 3)) -> Analysis:
     """Records of base and the given rows (row -> NLL shift per token: > 0 raises dev PPL), three seeds each,
     analysed as the report does."""
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     for row, dnll in quality.items():
         monkeypatch.setitem(QUALITY, row, (0.0, dnll))
     for row in ("base", *quality):

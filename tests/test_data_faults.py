@@ -15,7 +15,7 @@ from ablate.data import corpora
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
 from ablate.prepare import main as prepare_main
-from ablate.records import store as results
+from ablate.records import identity
 from ablate.run import register_configs  # noqa: F401 - registers the schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,21 +67,21 @@ def edit_in_place(path: Path) -> None:
 def test_an_edited_training_file_gives_a_new_corpus_key_and_a_new_run_id(tmp_path):
     keys = write_corpus(tmp_path / "in")
     cfg = run_cfg(tmp_path, *files_overrides(keys))
-    key, rid = corpora.corpus_cache_key(cfg.data), results.run_id(cfg)
+    key, rid = corpora.corpus_cache_key(cfg.data), identity.run_id(cfg)
     edit_in_place(Path(keys["train_src"]))
     assert corpora.corpus_cache_key(cfg.data) != key
-    assert results.run_id(cfg) != rid
-    assert "data.fingerprint" in results.identity_dict(cfg)
+    assert identity.run_id(cfg) != rid
+    assert "data.fingerprint" in identity.identity_dict(cfg)
 
 
 def test_touch_alone_keeps_the_corpus_key_and_the_run_id(tmp_path):
     keys = write_corpus(tmp_path / "in")
     cfg = run_cfg(tmp_path, *files_overrides(keys))
-    key, rid = corpora.corpus_cache_key(cfg.data), results.run_id(cfg)
+    key, rid = corpora.corpus_cache_key(cfg.data), identity.run_id(cfg)
     st = os.stat(keys["dev_tgt"])
     os.utime(keys["dev_tgt"], ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
     assert corpora.corpus_cache_key(cfg.data) == key
-    assert results.run_id(cfg) == rid
+    assert identity.run_id(cfg) == rid
 
 
 def test_content_is_hashed_again_only_when_size_or_mtime_changed(tmp_path, monkeypatch):
@@ -110,13 +110,13 @@ def test_an_edited_treebank_file_gives_a_new_corpus_key_and_run_id(tmp_path):
         (tb / section).mkdir(parents=True)
         (tb / section / f"wsj_{section}00.mrg").write_text("( (S (NP (DT The) (NN cat)) (VP (VBD sat))) )\n")
     cfg = run_cfg(tmp_path, "data=wsj", f"data.treebank_dir={tb}")
-    key, rid = corpora.corpus_cache_key(cfg.data), results.run_id(cfg)
+    key, rid = corpora.corpus_cache_key(cfg.data), identity.run_id(cfg)
     edit = tb / "05" / "wsj_0500.mrg"
     edit.write_text(edit.read_text().replace("cat", "dog"))
     assert corpora.corpus_cache_key(cfg.data) != key
-    assert results.run_id(cfg) != rid
+    assert identity.run_id(cfg) != rid
     (tb / "07" / "wsj_0701.mrg").write_text("( (S (NP (PRP It)) (VP (VBZ is))) )\n")  # a file added
-    assert results.run_id(cfg) not in (rid,)
+    assert identity.run_id(cfg) not in (rid,)
 
 
 def test_the_same_files_in_another_folder_are_the_same_run(tmp_path):
@@ -124,13 +124,13 @@ def test_the_same_files_in_another_folder_are_the_same_run(tmp_path):
     import shutil
 
     keys = write_corpus(tmp_path / "in")
-    rid = results.run_id(run_cfg(tmp_path, *files_overrides(keys)))
+    rid = identity.run_id(run_cfg(tmp_path, *files_overrides(keys)))
     shutil.copytree(tmp_path / "in", tmp_path / "elsewhere")
     moved = {k: v.replace(str(tmp_path / "in"), str(tmp_path / "elsewhere")) for k, v in keys.items()}
     assert moved != keys
-    assert results.run_id(run_cfg(tmp_path, *files_overrides(moved))) == rid
+    assert identity.run_id(run_cfg(tmp_path, *files_overrides(moved))) == rid
     edit_in_place(Path(moved["dev_tgt"]))  # and content still names it
-    assert results.run_id(run_cfg(tmp_path, *files_overrides(moved))) != rid
+    assert identity.run_id(run_cfg(tmp_path, *files_overrides(moved))) != rid
 
 
 def _old_identity(cfg) -> dict:
@@ -138,7 +138,7 @@ def _old_identity(cfg) -> dict:
     defaults = flat_fields(RunConfig())
     out = {}
     for k, v in flat_fields(cfg).items():
-        if k in results.NOT_IDENTITY or k.split(".")[0] in results.NOT_IDENTITY:
+        if k in identity.NOT_IDENTITY or k.split(".")[0] in identity.NOT_IDENTITY:
             continue
         v = list(v) if isinstance(v, tuple) else v
         d = defaults.get(k)
@@ -150,8 +150,8 @@ def _old_identity(cfg) -> dict:
 @pytest.mark.parametrize("overrides", [None, ["data=builtin"], ["scale=tiny", "recipe=tiny", "data=builtin"]])
 def test_the_builtin_corpus_keeps_its_run_ids(tmp_path, overrides):
     cfg = RunConfig() if overrides is None else run_cfg(tmp_path, *overrides)
-    assert results.identity_dict(cfg) == _old_identity(cfg)
-    assert "data.fingerprint" not in results.identity_dict(cfg)
+    assert identity.identity_dict(cfg) == _old_identity(cfg)
+    assert "data.fingerprint" not in identity.identity_dict(cfg)
 
 
 def test_a_run_on_an_edited_file_is_run_again_not_skipped(tmp_path, capsys):
@@ -160,7 +160,7 @@ def test_a_run_on_an_edited_file_is_run_again_not_skipped(tmp_path, capsys):
     keys = write_corpus(tmp_path / "in")
     overrides = [*files_overrides(keys), "train.max_steps=2", "trainer.threads=1", "decode.dev_limit=2"]
     first = train(run_cfg(tmp_path, *overrides))
-    first_dir = results.run_dir(run_cfg(tmp_path, *overrides))
+    first_dir = identity.run_dir(run_cfg(tmp_path, *overrides))
     assert first["status"] == "finished"
     edit_in_place(Path(keys["train_tgt"]))
     capsys.readouterr()

@@ -8,7 +8,7 @@ import pytest
 import sacrebleu
 import torch
 
-from ablate.evaluate import _COMPOUND, average_checkpoints, tokenized_bleu
+from ablate.training.evaluation import _COMPOUND, average_checkpoints, tokenized_bleu
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,9 +62,14 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     assert "test_bleu " in q.stdout and "test_bleu_tok" in q.stdout
     import json
 
-    rec = json.loads((run_dir / "record.json").read_text())
+    from ablate.records.store import find_records
+
+    # The record stays as its run wrote it; the evaluation's figures lie beside it, and readers see both.
+    written = (run_dir / "record.json").read_bytes()
+    assert "test_bleu" not in json.loads(written)["metrics"]
+    (rec,), _ = find_records(run_dir.parent)
     assert rec["metrics"]["test_averaged_checkpoints"] == 2 and rec["metrics"]["test_sentences"] == 40
-    assert (run_dir / "test.avg2.hyp.txt").is_file()
+    assert rec["files"]["test_hyp"] == "test.avg2.hyp.txt" and (run_dir / "test.avg2.hyp.txt").is_file()
     # A curve point: only checkpoints up to step 10, its own hypotheses file, the record left as it was.
     r = subprocess.run(
         [sys.executable, "-m", "ablate.evaluate", str(run_dir), "--average", "1", "--until-step", "10"],
@@ -75,7 +80,8 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     )
     assert r.returncode == 0, r.stderr[-2000:]
     assert (run_dir / "test.step10.avg1.hyp.txt").is_file()
-    assert json.loads((run_dir / "record.json").read_text())["metrics"] == rec["metrics"]
+    assert (run_dir / "record.json").read_bytes() == written
+    assert find_records(run_dir.parent)[0][0]["metrics"] == rec["metrics"]
     times = [json.loads(line).get("time_s") for line in (run_dir / "curves.jsonl").read_text().splitlines()]
     assert any(t is not None and t > 0 for t in times)  # the minute axis of benchmarks/multi30k_curve.py
     # What evaluate_run would ignore or clip is refused in one line, before anything is decoded or written.

@@ -77,22 +77,49 @@ def test_no_import_cycles_in_the_package():
     assert cycles(graph) == []
 
 
-def test_staleness_counts_every_module_that_decides_results():
-    """A record is stale when code that decides results changed: every module counts unless it is listed
-    as orchestration, logging or the report (results.NOT_RESULT_CODE)."""
-    from ablate.records.store import code_files
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
 
-    files = code_files()
-    for name in ("model.py", "lit.py", "data/subword.py", "data/datamodule.py", "worker.py", "config.py"):
-        assert name in files
-    for name in ("report/table3.py", "run.py", "tracking.py", "rows.py"):
-        assert name not in files
-    # the model, the data, the parser and the training loop count whole: nothing of them is orchestration
-    for folder in ("data", "parsing"):
-        assert all(
-            f"{folder}/{p.name}" in files for p in (PACKAGE / folder).glob("*.py") if p.name != "__init__.py"
-        )
-    from ablate.records.store import NOT_RESULT_CODE
 
-    missing = [n for n in NOT_RESULT_CODE if not (PACKAGE / n).exists()]
-    assert not missing, f"NOT_RESULT_CODE names files that do not exist: {missing}"
+def layers() -> dict[str, int]:
+    """package or module -> its layer, read from the table of docs/architecture.md."""
+    import re
+
+    out = {}
+    for line in ARCHITECTURE.read_text().splitlines():
+        m = re.match(r"\|\s*(\d+)\s*\|([^|]*)\|", line)
+        if m:
+            for name in re.findall(r"`([\w.]+)`", m.group(2)):
+                out[name] = int(m.group(1))
+    return out
+
+
+def layer_of(module: str, table: dict[str, int]) -> int | None:
+    parts = module.split(".")
+    for i in range(len(parts), 0, -1):
+        if ".".join(parts[:i]) in table:
+            return table[".".join(parts[:i])]
+    return None
+
+
+def test_no_layer_imports_a_higher_one():
+    table = layers()
+    assert table["ablate.nn"] < table["ablate.records"] < table["ablate.report"] < table["ablate.run"]
+    files = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    plugins = PACKAGE.parent / "hydra_plugins"
+    files |= {".".join(p.relative_to(plugins.parent).with_suffix("").parts): p for p in plugins.rglob("*.py")}
+    modules = set(files) | {"ablate"}
+    unplaced = sorted(m for m in files if layer_of(m, table) is None and m != "ablate")
+    assert not unplaced, f"modules in no layer of {ARCHITECTURE.name}: {unplaced}"
+    wrong = sorted(
+        f"{m} (layer {layer_of(m, table)}) imports {d} (layer {layer_of(d, table)})"
+        for m, p in files.items()
+        for d in _imports(p, modules)
+        if layer_of(d, table) is not None and layer_of(d, table) > (layer_of(m, table) or 0)
+    )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_layer_checker_finds_an_upward_import():
+    table = {"ablate.nn": 1, "ablate.report": 9}
+    assert layer_of("ablate.nn.model", table) == 1 and layer_of("ablate.report", table) == 9
+    assert layer_of("ablate.other", table) is None

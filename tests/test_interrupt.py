@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.run import INTERRUPTED
+from ablate.records.status import CTRL_C as INTERRUPTED
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,10 +38,12 @@ def test_ctrl_c_mid_sweep_is_one_line_and_the_same_command_resumes(tmp_path, lau
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
     assert p.stderr.strip().splitlines()[-1] == f"[ablate] stopped: {INTERRUPTED}"
     records = [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]
-    # `running` (the report: interrupted, its process gone), never failed; a joblib worker stopped by its
-    # parent before its own handler ran has no reason to give
-    assert records and all(r["status"] == "running" and r["reason"] in (INTERRUPTED, None) for r in records)
-    assert INTERRUPTED in [r["reason"] for r in records]
+    # `interrupted`, never failed; a joblib worker stopped by its parent before its own handler ran says
+    # `running` with no reason (the report: interrupted, its process gone)
+    said = [(r["status"], r["reason"]) for r in records]
+    assert said and all(s in [("interrupted", INTERRUPTED), ("running", None)] for s in said), said
+    assert ("interrupted", INTERRUPTED) in said
+    assert all(r.get("stopped_at_step") is not None for r in records if r["status"] == "interrupted")
     p = _sweep(tmp_path, launcher)
     assert p.returncode == 0, p.stderr[-3000:]
     records = [json.loads(r.read_text()) for r in (tmp_path / "results").rglob("record.json")]

@@ -106,7 +106,7 @@ def test_a_failure_after_the_record_is_written_leaves_it_failed(tmp_path):
 
 def test_written_files_get_the_usual_mode_not_a_private_one(tmp_path):
     """Files written atomically (records, reports) are readable by others as any file the user writes."""
-    from ablate.records.store import atomic_write_text
+    from ablate.records.folder import atomic_write_text
 
     old = os.umask(0o022)
     try:

@@ -19,7 +19,6 @@ from ablate.data.treebank.corpus import (
     gold_trees,
     load_trees,
     parsing_corpus,
-    parsing_metrics,
     read_trees,
     treebank_root,
     write_trees,
@@ -27,6 +26,7 @@ from ablate.data.treebank.corpus import (
 from ablate.data.treebank.linearize import delinearize, linearize
 from ablate.data.treebank.tree import clean, parse_bracketed, read_mrg, to_string, words
 from ablate.data.treebank.wsj import TRAIN_SECTIONS
+from ablate.tasks.parsing.score import parsing_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "ptb"

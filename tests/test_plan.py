@@ -203,7 +203,7 @@ def test_overrides_that_do_not_compose_are_one_line(overrides, line):
 
 def test_an_os_error_without_a_file_names_the_run_folder(tmp_path):
     from ablate.config import RunConfig
-    from ablate.records.store import run_dir
+    from ablate.records.identity import run_dir
     from ablate.run import _os_error_line
 
     cfg = RunConfig(results_dir=str(tmp_path))
@@ -217,15 +217,15 @@ def test_a_record_left_running_by_a_failed_write_is_settled_as_failed(tmp_path):
     """A full disk at the end of a run: training's own failure write failed too. Once the process no
     longer holds the run, the record says failed with the reason; a record another process holds stays."""
     from ablate.config import RunConfig
-    from ablate.records import store as results
+    from ablate.records import folder, identity
     from ablate.run import _settle_running
 
     cfg = RunConfig(results_dir=str(tmp_path))
-    folder = results.run_dir(cfg)
-    folder.mkdir(parents=True)
-    path = folder / "record.json"
-    path.write_text(json.dumps({"run_id": folder.name, "status": "running"}))
-    with results.run_lock(folder) as held:  # another process still trains it
+    run = identity.run_dir(cfg)
+    run.mkdir(parents=True)
+    path = run / "record.json"
+    path.write_text(json.dumps({"run_id": run.name, "status": "running"}))
+    with folder.run_lock(run) as held:  # another process still trains it
         assert held
         _settle_running(cfg, "[Errno 28] No space left on device")
         assert json.loads(path.read_text())["status"] == "running"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_report_table3 import ARGS, TODAY, make_fixture
 
-from ablate.records import store as results
+from ablate.records import staleness, store
 from ablate.report import collect as collect_mod
 from ablate.report.__main__ import main
 
@@ -58,11 +58,11 @@ def test_a_hand_edited_record_is_left_out_by_name_and_the_table_is_built(name, t
     change, phrase = EDITS[name]
     make_fixture(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     edited = next((tmp_path / "results" / "B1").glob("*-s1")) / "record.json"
     _edit(edited, change)
-    with pytest.raises(results.RecordError, match="not a result record"):
-        results.read_record(edited)
+    with pytest.raises(store.RecordError, match="not a result record"):
+        store.read_record(edited)
     assert main(["table3", *ARGS, "--no-plots"]) == 0
     err = capsys.readouterr().err
     line = next(ln for ln in err.splitlines() if str(edited.relative_to(tmp_path)) in ln)
@@ -77,7 +77,7 @@ def test_a_hand_edited_record_is_left_out_by_name_and_the_table_is_built(name, t
 def test_every_committed_record_passes_the_check():
     paths = sorted((ROOT / "reports").rglob("record.json"))
     assert len(paths) >= 60
-    assert [p for p in paths if results.record_problem(json.loads(p.read_text()))] == []
+    assert [p for p in paths if store.record_problem(json.loads(p.read_text()))] == []
 
 
 def test_curves_with_edited_or_repeated_lines_are_read_once_each(tmp_path, monkeypatch, capsys):
@@ -85,7 +85,7 @@ def test_curves_with_edited_or_repeated_lines_are_read_once_each(tmp_path, monke
     after the disk filled) counts once, the later one."""
     make_fixture(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     folder = next((tmp_path / "results" / "A1").glob("*-s1"))
     lines = (folder / "curves.jsonl").read_text().splitlines()
     extra = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from test_report_table3 import ARGS, TODAY, _write_run, make_fixture
 
-from ablate.report import collect as collect_mod
+from ablate.records import staleness
 from ablate.report.__main__ import main
 
 OLD_REPORT = "the report of yesterday\n"
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def fixture_dir(tmp_path, monkeypatch):
     make_fixture(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     (tmp_path / "reports").mkdir()
     (tmp_path / "reports" / "table3.md").write_text(OLD_REPORT)
     return tmp_path
@@ -144,19 +144,19 @@ def test_a_full_disk_is_one_line_and_leaves_no_folder_behind(where, fixture_dir,
     the last report as it was, and no plots folder (empty or half full) that this report made."""
     import matplotlib.figure
 
-    from ablate.records import store as results
+    from ablate.records import folder
 
     if where == "plots":
         monkeypatch.setattr(matplotlib.figure.Figure, "savefig", lambda self, path, **kw: _full_disk(path))
     else:
-        real = results.atomic_write_text
+        real = folder.atomic_write_text
 
         def write(path, text):
             if str(path).endswith(".md"):  # as atomic_write_text fails: on its temporary file
                 raise OSError(28, "No space left on device", str(Path(path).parent / ".table3.md.x1y2.tmp"))
             real(path, text)
 
-        monkeypatch.setattr(results, "atomic_write_text", write)
+        monkeypatch.setattr(folder, "atomic_write_text", write)
     assert main(["table3", *ARGS, "--plots", "reports/plots"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("error: ") and err[-1].endswith(
@@ -195,7 +195,7 @@ def test_the_missing_command_leaves_out_refused_rows_and_the_recipe_s_own_values
                "metrics": {"dev_ppl": 5.0}, "code_hash": TODAY, "started": "2026-01-01T00:00:00"}  # fmt: skip
         (folder / "record.json").write_text(json.dumps(rec))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     rows = "base,A1,A2,C1,C2,C3,C4,D1"
     assert main(["table3", "--results", "results", "--missing-command", "--rows", rows, "--seeds", "1"]) == 0
     out, err = capsys.readouterr()

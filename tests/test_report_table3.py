@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ablate.records.store import run_lock
-from ablate.report import collect as collect_mod
+from ablate.records import staleness
+from ablate.records.folder import run_lock
 from ablate.report.__main__ import main
 from ablate.report.stats import corpus_bleu
 
@@ -241,7 +241,7 @@ def make_fixture(root: Path) -> None:
 def fixture_dir(tmp_path, monkeypatch):
     make_fixture(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     running = next((tmp_path / "results" / "C1").glob("*-s1"))
     with run_lock(running) as held:  # C1 s1 is being run by a live process (this one)
         assert held
@@ -253,7 +253,7 @@ def test_a_running_record_whose_process_is_gone_is_interrupted(tmp_path, monkeyp
     the table says interrupted and --missing-command runs it again (the run resumes from its checkpoint)."""
     make_fixture(tmp_path)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     main(["table3", *ARGS, "--no-plots"])
     c1 = [ln for ln in (tmp_path / "reports" / "table3.md").read_text().splitlines() if "| (C) C1 |" in ln]
     assert "interrupted s1 (step 250 of 400) (its process is gone; rerun to resume) |" in c1[0]
@@ -336,7 +336,7 @@ def test_json_and_csv_and_latex(fixture_dir):
     assert rows["A2"]["bleu"]["vs_base"]["ttest"]["kind"] == "Welch t"
     assert rows["E"]["bleu"]["vs_base"]["bootstrap"]["kind"] == "paired bootstrap over sentences"
     assert rows["D3"]["bleu"]["vs_base"]["direction"] == "opposite"
-    assert rows["E"]["stale"] == {"1": ["code 0ldc0de0ldc0 != c0dec0dec0de"]}
+    assert rows["E"]["stale"] == {"1": ["code 0ldc0de0ldc0 != c0dec0dec0de (the record names no revision)"]}
     assert main(["table3", *ARGS[:4], "--out", "t.csv", "--format", "csv", "--quiet", "--n-boot", "50"]) == 0
     assert Path("t.csv").read_text().splitlines()[0].startswith("row,N,d_model")
     assert (
@@ -370,7 +370,7 @@ def test_missing_command(fixture_dir, capsys):
 
 def test_tables_2_and_4(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     res = tmp_path / "results"
     _write_run(res, "base", 1, extra_metrics={"test_bleu": 26.1, "test_bleu_tok": 26.9})
     _write_run(res, "base", 2, extra_metrics={"test_bleu": 26.5, "test_bleu_tok": 27.1})
@@ -411,7 +411,7 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
 
 def test_wandb_source_reads_offline_run_files(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     folder = _write_run(tmp_path / "wandb", "base", 1)
     files = tmp_path / "wandb" / "offline-run-20250101_000000-abc" / "files"
@@ -443,7 +443,7 @@ def test_test_bleu_column_with_its_difference_to_base(tmp_path, monkeypatch, cap
             _write_run(res, row, seed, extra_metrics={"test_bleu": bleu + (2.5 if row == "D3" else 0.0)})
     _write_run(res, "A1", 1)
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     assert main(["--out", "-", "--no-plots", "--conf", "conf/model"]) == 0
     out = capsys.readouterr().out.splitlines()
     head = next(i for i, ln in enumerate(out) if "| BLEU test |" in ln)  # the main table
@@ -510,7 +510,7 @@ def test_each_row_against_the_paper_gets_the_evidence_of_its_curves(tmp_path, mo
             lines += [{"step": s, "dev_ppl": final * f} for s, f in ((500, at500), (900, at900), (1000, 1.0))]
             (folder / "curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     assert main(["--out", "-", "--no-plots", "--conf", "conf/model", "--n-boot", "50"]) == 0
     out = capsys.readouterr().out
     evidence = {ln.split("**")[1]: ln for ln in out.splitlines() if ln.startswith("- **")}
@@ -563,7 +563,7 @@ def test_a_resumed_run_s_cost_counts_every_process_by_its_training_clock(tmp_pat
     rows = [{"step": 10, "time_s": 12.5}, {"step": 390, "time_s": 400.0}, {"step": 400, "dev_ppl": 5.0}]
     (folder / "curves.jsonl").write_text("".join(json.dumps(x) + "\n" for x in rows))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     assert main(["--format", "json", "--out", "-", "--n-boot", "20"]) == 0
     base = next(r for r in json.loads(capsys.readouterr().out)["rows"] if r["row"] == "base")
     assert base["cost"]["train_time_s"] == 400.0 and base["cost"]["tokens_per_s"] == 2000.0
@@ -582,7 +582,7 @@ def test_the_cost_table_names_the_cpu_each_row_ran_on(tmp_path, monkeypatch, cap
         rec["machine"] = {"cpu": cpu, "cpus": 2}
         (folder / "record.json").write_text(json.dumps(rec))
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(collect_mod, "code_hash", lambda: TODAY)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
     assert main(["--out", "-", "--no-plots", "--n-boot", "20"]) == 0
     cost = capsys.readouterr().out.split("### Cost")[1]
     (line,) = [ln for ln in cost.splitlines() if ln.startswith("| base ")]

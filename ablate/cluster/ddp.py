@@ -23,10 +23,12 @@ from pathlib import Path
 
 from omegaconf import OmegaConf
 
-from ablate.cluster import gpu_pool as devices
+from ablate.cluster import gpu_pool
 from ablate.config import RunConfig, to_dataclass
-from ablate.records import store as results
+from ablate.records import folder, identity, status, store
 from ablate.training import faults
+from ablate.training.callbacks import Preempted
+from ablate.training.hardware import ASSIGNED_ENV
 
 
 class JobFailed(RuntimeError):
@@ -45,7 +47,7 @@ def spawn_job(cfg: RunConfig, out: Path, base_env: dict[str, str] | None = None)
     world = cfg.trainer.devices
     out.mkdir(parents=True, exist_ok=True)
     cfg_path = out / "job_config.json"
-    results.atomic_write_json(cfg_path, asdict(cfg))
+    folder.atomic_write_json(cfg_path, asdict(cfg))
     port = _free_port()
     procs, logs = [], []
     threads = max(1, (os.cpu_count() or 1) // world) if cfg.trainer.accelerator == "cpu" else None
@@ -72,17 +74,21 @@ def spawn_job(cfg: RunConfig, out: Path, base_env: dict[str, str] | None = None)
                 stderr=subprocess.STDOUT if stdout else None,
             )
         )
-    print(f"[ablate] {results.run_id(cfg)}: {world} worker processes (ports {port}), logs in {out}")
+    print(f"[ablate] {identity.run_id(cfg)}: {world} worker processes (ports {port}), logs in {out}")
     failed = _supervise(procs)
+    rec_path = out / store.RECORD_NAME
+    if failed is not None and failed[1] == Preempted.CODE and status.on_disk(rec_path) == status.RUNNING:
+        step = store.read_record(rec_path).get("stopped_at_step")  # the workers stopped at a checkpoint
+        raise Preempted(step, out / "checkpoints" / "last.ckpt")
     if failed is not None:
         rank, code = failed
         reason = f"rank {rank} exited with code {code}" + (f" (see {logs[rank]})" if rank else "")
-        held = (base_env or {}).get(devices.ASSIGNED_ENV)
+        held = (base_env or {}).get(ASSIGNED_ENV)
         _mark_failed(
-            cfg, out / results.RECORD_NAME, reason, [int(i) for i in held.split(",")] if held else None
+            cfg, out / store.RECORD_NAME, reason, [int(i) for i in held.split(",")] if held else None
         )
         raise JobFailed(reason)
-    return results.read_record(out / results.RECORD_NAME)
+    return store.read_record(rec_path)
 
 
 def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
@@ -119,13 +125,10 @@ def _supervise(procs: list[subprocess.Popen]) -> tuple[int, int] | None:
 
 def _mark_failed(cfg: RunConfig, path: Path, reason: str, held: list[int] | None) -> None:
     """The job's record says failed, with the reason, whether or not rank 0 got as far as writing one."""
-    try:
-        rec = results.read_record(path)
-    except results.RecordError:
-        rec = results.new_record(cfg, status="failed")
-    if rec["status"] != "finished":
-        rec.update(status="failed", reason=reason, finished=results.now(), devices_assigned=held)
-        results.atomic_write_json(path, rec)
+    if status.on_disk(path) is None:
+        status.transition(path, "reject", store.new_record(cfg), reason, devices_assigned=held)
+    else:
+        status.settle(path, "fail", reason, devices_assigned=held)
 
 
 def worker_main(cfg_path: str) -> None:
@@ -134,7 +137,7 @@ def worker_main(cfg_path: str) -> None:
 
     cfg = to_dataclass(OmegaConf.create(json.loads(Path(cfg_path).read_text())))
     faults.check_start(cfg.model.name)
-    devices.bound_memory()  # hydra.launcher.jobs_per_device > 1: this job's share of each GPU
+    gpu_pool.bound_memory()  # hydra.launcher.jobs_per_device > 1: this job's share of each GPU
     run_worker(cfg, prepare_corpus(cfg.data))
 
 

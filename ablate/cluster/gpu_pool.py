@@ -22,7 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-ASSIGNED_ENV = "ABLATE_DEVICES"  # the ids a job's processes got, as "2,3" (the worker records it)
+from ablate.training.hardware import ASSIGNED_ENV
+
 MEMORY_ENV = "ABLATE_DEVICE_MEMORY_FRACTION"  # the share of each device a process may allocate (1/k)
 
 
@@ -103,8 +104,3 @@ def bound_memory() -> None:
 
     for d in range(torch.cuda.device_count()):
         torch.cuda.set_per_process_memory_fraction(float(share), d)
-
-
-def assigned() -> list[int] | None:
-    v = os.environ.get(ASSIGNED_ENV)
-    return [int(x) for x in v.split(",")] if v else None

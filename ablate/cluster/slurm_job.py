@@ -24,7 +24,6 @@ and an allocation that wrote no checkpoint is not requeued.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -33,11 +32,10 @@ import subprocess
 import time
 from pathlib import Path
 
-from ablate.records import store as results
+from ablate.records import folder, status, store
 
 DELAY_ENV = "ABLATE_SLURM_SIGNAL_DELAY_S"  # S of --signal=USR2@S, exported by hydra/launcher=slurm
 ALLOCATIONS = "allocations.jsonl"
-WAITING = ("preempted", "timed_out")  # statuses of a run whose job waits to be requeued
 
 
 def job_id() -> str | None:
@@ -67,7 +65,7 @@ class Job:
     def __init__(self) -> None:
         self.id = job_id()
         self.restarts = int(os.environ.get("SLURM_RESTART_COUNT") or 0)
-        self.started = results.now()
+        self.started = folder.now()
         self.warned: str | None = None
         self.installed = False
         self.ranks = int(os.environ.get("SLURM_NTASKS") or 1)
@@ -85,7 +83,7 @@ class Job:
 
     def watch(self, run_dir: Path) -> None:
         """The run this job trains, and how far its checkpoints reached when the allocation began."""
-        self.run_dir, self.start_step = run_dir, results.checkpoint_step(run_dir / "checkpoints")
+        self.run_dir, self.start_step = run_dir, folder.checkpoint_step(run_dir / "checkpoints")
 
     def _warning(self, signum: int, _frame) -> None:
         """Time the stop: S seconds before the job's end (now, if that has passed or is unknown); then ask
@@ -106,16 +104,13 @@ class Job:
         print(f"[ablate] SLURM {self.warned}: stopping at a checkpoint in {wait:.0f} s", flush=True)
 
     def _requeue_from_checkpoint(self) -> None:
-        """Rank 0 of a multi-task job, at the stop time: requeue, where this allocation wrote a checkpoint."""
+        """Rank 0 of a multi-task job, at the stop time: requeue, where this allocation wrote a checkpoint.
+        The record says so once training has stopped (after_stop)."""
         if self.run_dir is None:
             return
-        step = results.checkpoint_step(self.run_dir / "checkpoints")
+        step = folder.checkpoint_step(self.run_dir / "checkpoints")
         reason = self.requeued = self._requeue_reason(step)
         _append(self.run_dir / ALLOCATIONS, self._line(step, "timed_out", reason))
-        with contextlib.suppress(results.RecordError):
-            rec = results.read_record(self.run_dir / results.RECORD_NAME)
-            rec.update(status="timed_out", reason=reason, slurm_job=self.id)
-            results.atomic_write_json(self.run_dir / results.RECORD_NAME, rec)
         print(f"[ablate] timed_out: {reason}", flush=True)
 
     def _requeue_reason(self, step: int | None) -> str:
@@ -129,23 +124,24 @@ class Job:
             return f"time limit: requeue failed ({done.stderr.strip()[:200]}): resubmit the sweep to resume"
         return f"time limit: job {self.id} requeued; resumes from the checkpoint of step {step}"
 
-    def after_stop(self, run_dir: Path) -> None:
-        """Rank 0, training stopped at a checkpoint on a signal: requeue, leave to SLURM, or cancelled."""
+    def after_stop(self, run_dir: Path, step: int | None) -> None:
+        """Training stopped at a checkpoint of `step` on a signal: rank 0 decides the record's status.
+        Outside SLURM the run is interrupted; in a job, requeued, left to SLURM, or cancelled."""
         signal.setitimer(signal.ITIMER_REAL, 0)
-        if self.id is None or global_rank() != 0:
+        if global_rank() != 0:
             return
-        rec_path = run_dir / results.RECORD_NAME
-        with contextlib.suppress(results.RecordError):
-            rec = results.read_record(rec_path)
-            step = _step(rec.get("reason", ""))
-            if self.requeued:  # rank 0 requeued the job already; its tasks stopped together at a checkpoint
-                status, reason = "timed_out", f"{self.requeued}; stopped at step {step} with a checkpoint"
-            else:
-                status, reason = self._decide(step, _last_step(run_dir / ALLOCATIONS))
-                _append(run_dir / ALLOCATIONS, self._line(step, status, reason))
-            rec.update(status=status, reason=reason, slurm_job=self.id)
-            results.atomic_write_json(rec_path, rec)
-            print(f"[ablate] {rec['run_id']}: {status}: {reason}", flush=True)
+        rec_path = run_dir / store.RECORD_NAME
+        if self.id is None:
+            reason = f"stopped by a signal at step {step}; the same command resumes it from its checkpoint"
+            status.settle(rec_path, "interrupt", reason, stopped_at_step=step)
+            return
+        if self.requeued:  # rank 0 requeued the job already; its tasks stopped together at a checkpoint
+            name, reason = "time_out", f"{self.requeued}; stopped at step {step} with a checkpoint"
+        else:
+            name, reason = self._decide(step, _last_step(run_dir / ALLOCATIONS))
+            _append(run_dir / ALLOCATIONS, self._line(step, status.TRANSITIONS[name][1], reason))
+        if rec := status.settle(rec_path, name, reason, stopped_at_step=step, slurm_job=self.id):
+            print(f"[ablate] {rec['run_id']}: {rec['status']}: {reason}", flush=True)
 
     def after_finish(self, run_dir: Path, rec: dict) -> None:
         """Rank 0, the run ended in this allocation: its line in allocations.jsonl."""
@@ -155,32 +151,33 @@ class Job:
             _append(run_dir / ALLOCATIONS, self._line(rec.get("steps"), "finished", "finished"))
 
     def _decide(self, step: int | None, last: int | None) -> tuple[str, str]:
+        """The transition (preempt, time_out, cancel) and its reason, from what SLURM says of the job."""
         info = show_job(self.id)
         state, why = info.get("JobState", "?"), info.get("Reason", "")
         at = f"step {step}" if step is not None else "its checkpoint"
         if not info:
-            return "preempted", f"stopped at {at}; no answer from scontrol: resubmit the sweep to resume"
+            return "preempt", f"stopped at {at}; no answer from scontrol: resubmit the sweep to resume"
         if int(info.get("Restarts") or 0) > self.restarts or state.startswith(("PENDING", "REQUEUE")):
-            return "preempted", f"stopped at {at}; SLURM requeues job {self.id}"
+            return "preempt", f"stopped at {at}; SLURM requeues job {self.id}"
         timed = self.warned is not None or why == "TimeLimit" or state == "TIMEOUT"
         if state != "RUNNING" and not timed:
-            return "cancelled", f"job {self.id} cancelled ({state}); checkpoint at {at}"
-        status = "timed_out" if timed else "preempted"
+            return "cancel", f"job {self.id} cancelled ({state}); checkpoint at {at}"
+        name = "time_out" if timed else "preempt"
         if step is not None and last is not None and step <= last:
-            return status, f"no training step in this allocation (still {at}): not requeued; lengthen " \
+            return name, f"no training step in this allocation (still {at}): not requeued; lengthen " \
                 "hydra.launcher.timeout_min and resubmit the sweep to resume"  # fmt: skip
         done = subprocess.run(["scontrol", "requeue", self.id], capture_output=True, text=True, timeout=60)
         if done.returncode:
             why = done.stderr.strip()[:200]
-            return status, f"stopped at {at}; requeue failed ({why}): resubmit the sweep to resume"
-        return status, f"stopped at {at} ({self.warned or 'SIGTERM'}, {state}); job {self.id} requeued"
+            return name, f"stopped at {at}; requeue failed ({why}): resubmit the sweep to resume"
+        return name, f"stopped at {at} ({self.warned or 'SIGTERM'}, {state}); job {self.id} requeued"
 
     def _line(self, step: int | None, status: str, reason: str) -> dict:
         return {
             "job": self.id,
             "restart": self.restarts,
             "started": self.started,
-            "ended": results.now(),
+            "ended": folder.now(),
             "step": step,
             "signal": self.warned,
             "status": status,
@@ -212,11 +209,6 @@ def _epoch(stamp: str) -> float | None:
         return time.mktime(time.strptime(stamp, "%Y-%m-%dT%H:%M:%S"))
     except ValueError:
         return None  # 'Unknown', or no scontrol
-
-
-def _step(reason: str) -> int | None:
-    m = re.search(r"at step (\d+)", reason)
-    return int(m.group(1)) if m else None
 
 
 def _last_step(path: Path) -> int | None:

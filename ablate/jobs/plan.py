@@ -4,8 +4,8 @@ command would train, and what training it would do, without training anything.
 One line a job: row, seed, preset, the model it would build (after recipe and scale), its run id, and
 `finished`, `to resume from step k`, `to retry (failed: ...)`, `to train`, `being run by another process`
 or `refused: <the reason training would give>`. The identity is the one training uses
-(ablate.jobs.sweep.member_config, ablate.records.store.run_id), so the plan and the run agree on what is finished. The
-sweep ends with one line of counts; the exit status is 2 when any job is refused, else 0.
+(ablate.jobs.sweep.member_config, ablate.records.identity.run_id), so the plan and the run agree on what is
+finished. The sweep ends with one line of counts; the exit status is 2 when any job is refused, else 0.
 """
 
 from __future__ import annotations
@@ -15,6 +15,9 @@ import sys
 from pathlib import Path
 
 from ablate.config import ConfigError, RunConfig, effective_model, preset_name, total_steps, validate, varied
+from ablate.errors import first_line
+from ablate.records import folder, identity, store
+from ablate.records.staleness import why_stale
 
 FLAG = "--plan"
 ENV = "ABLATE_PLAN"  # set by ablate.run for the plan's process: the job and the sweeper read it
@@ -67,58 +70,54 @@ def model_text(cfg: RunConfig) -> str:
 
 def state(cfg: RunConfig) -> tuple[str, str]:
     """(word, detail) for the run `cfg` names: what the same command without --plan would do with it."""
-    from ablate.records import store as results
 
     problem = row_problem(cfg)
     if problem:
         return REFUSED, problem
     try:
         validate(cfg)
-        folder = results.run_dir(cfg)  # a data source's fingerprint reads its files: missing ones refuse
+        run = identity.run_dir(cfg)  # a data source's fingerprint reads its files: missing ones refuse
     except (ConfigError, ValueError, OSError) as e:
-        return REFUSED, _first_line(e)
-    path = folder / results.RECORD_NAME
+        return REFUSED, first_line(e)
+    path = run / store.RECORD_NAME
     if path.is_file() and cfg.resume:
         try:
-            rec = results.read_record(path)
-        except results.RecordError as e:
+            rec = store.read_record(path)
+        except store.RecordError as e:
             return REFUSED, str(e)
         if rec["status"] == "finished":
-            stale = results.stale_code(rec, results.code_file_hashes(), results.code_hash())
-            return FINISHED, " (code changed since: resume=false trains it again)" if stale else ""
-        if rec["status"] == "running" and results.is_running(folder):
+            stale = why_stale(rec)
+            return FINISHED, f" ({stale}: resume=false trains it again)" if stale else ""
+        if rec["status"] == "running" and folder.is_running(run):
             return BUSY, ""
-    step = _checkpoint_step(folder / "checkpoints") if cfg.resume else None
+    step = _checkpoint_step(run / "checkpoints") if cfg.resume else None
     if step is not None:
         return TO_RESUME, f" from step {step}"
     if path.is_file() and cfg.resume:
-        rec = results.read_record(path)
+        rec = store.read_record(path)
         if rec["status"] == "failed":
-            return TO_RETRY, f" (failed: {_first_line(rec.get('reason') or 'no reason given')})"
+            return TO_RETRY, f" (failed: {first_line(rec.get('reason') or 'no reason given')})"
     return TO_TRAIN, ""
 
 
-def _checkpoint_step(folder: Path) -> int | None:
+def _checkpoint_step(ckpt_dir: Path) -> int | None:
     """The step a run would resume from, by the names of its checkpoints (last.ckpt: the newest of them,
     or step 0 where it is the only one)."""
-    from ablate.records import store as results
-
-    step = results.checkpoint_step(folder)
+    step = folder.checkpoint_step(ckpt_dir)
     if step is not None:
         return step
-    return 0 if (folder / "last.ckpt").is_file() else None
+    return 0 if (ckpt_dir / "last.ckpt").is_file() else None
 
 
 def line(cfg: RunConfig) -> tuple[str, str]:
     """(the plan's line for this job, its state word)."""
-    from ablate.records import store as results
 
     word, detail = state(cfg)
     if word == REFUSED:
         return f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  refused: {detail}", word
     return (
         f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  {model_text(cfg)}  "
-        f"{results.run_id(cfg)}  {word}{detail}"
+        f"{identity.run_id(cfg)}  {word}{detail}"
     ), word
 
 
@@ -128,11 +127,6 @@ def summary(words: list[str]) -> tuple[str, bool]:
     counts = [f"{words.count(w)} {w}" for w in order if words.count(w)]
     n = len(words)
     return f"plan of {n} run{'s' if n != 1 else ''}: {', '.join(counts) or 'nothing'}", REFUSED not in words
-
-
-def _first_line(e: BaseException | str) -> str:
-    lines = str(e).strip().splitlines()
-    return lines[0] if lines else type(e).__name__
 
 
 def planned_argv(argv: list[str]) -> tuple[list[str], str]:

@@ -50,7 +50,7 @@ def experiment_group(cfg: RunConfig, task_overrides: list[str]) -> str:
     without one, its preset), then the command line's keys that change what a run computes, other than the
     row and the seed: re-running a sweep, adding a row or a seed, or running one row alone keeps the group;
     no timestamp, path or launcher setting enters it."""
-    from ablate.records.store import DATA_PATHS, NOT_IDENTITY
+    from ablate.records.identity import DATA_PATHS, NOT_IDENTITY
 
     preset = cfg.recipe if cfg.recipe == cfg.scale.name else f"{cfg.recipe}+{cfg.scale.name}"
     head = cfg.experiment or preset

@@ -1,8 +1,9 @@
 """train(cfg) -> result record: run (or skip, or resume) the run a config names, on one or several devices.
 
-The run's identity (results.run_id) names its folder: a finished run is skipped, an interrupted one goes
-on from its checkpoint, and a lock keeps two processes from running the same identity at once. The work
-itself is worker.run_worker (build, fit, evaluate); launch.spawn_job starts one worker per device.
+The run's identity (records.identity.run_id) names its folder: a finished run is skipped, an interrupted
+one goes on from its checkpoint, and a lock keeps two processes from running the same identity at once.
+The work itself is training.fit.run_worker (build, fit, evaluate); cluster.ddp.spawn_job starts one
+worker per device.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import time
 import warnings
 from pathlib import Path
 
-from ablate.cluster import gpu_pool as devices
-from ablate.cluster import slurm_job as requeue
+from ablate.cluster import gpu_pool, slurm_job
 from ablate.cluster.ddp import spawn_job
 from ablate.config import RunConfig, validate
 from ablate.data.datamodule import prepare_corpus
 from ablate.jobs.sweep import launcher_setting
-from ablate.records import store as results
+from ablate.records import folder, identity, store
 from ablate.training.callbacks import Preempted
 from ablate.training.fit import run_worker
 from ablate.training.hardware import check_accelerator
@@ -35,41 +35,41 @@ def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:
     check_accelerator(cfg.trainer.accelerator, cfg.trainer.device_pool)  # the machine first: no GPU, no run
     validate(cfg)
     jobs_per_device = jobs_per_device or launcher_setting("jobs_per_device", 1)
-    job = requeue.job()  # inside a SLURM job: the time limit's warning, requeue after a stop
+    job = slurm_job.job()  # inside a SLURM job: the time limit's warning, requeue after a stop
     job.install()
     if job.id and cfg.trainer.threads is None and os.environ.get("SLURM_CPUS_PER_TASK"):
         cfg.trainer.threads = int(os.environ["SLURM_CPUS_PER_TASK"])  # the CPUs SLURM gave, not the node's
     if job.id and cfg.trainer.threads:  # else Lightning's DDP sets cores // local ranks over trainer.threads
         os.environ.setdefault("OMP_NUM_THREADS", str(cfg.trainer.threads))
-    job.watch(results.run_dir(cfg))
+    job.watch(identity.run_dir(cfg))
     try:
         rec = _train(cfg, jobs_per_device)
-    except Preempted:
-        job.after_stop(results.run_dir(cfg))
+    except Preempted as stop:  # stopped at a checkpoint on a signal: the job decides what follows
+        job.after_stop(identity.run_dir(cfg), stop.step)
         raise
-    job.after_finish(results.run_dir(cfg), rec)
+    job.after_finish(identity.run_dir(cfg), rec)
     return rec
 
 
 def _train(cfg: RunConfig, jobs_per_device: int) -> dict:
-    out = results.run_dir(cfg)
+    out = identity.run_dir(cfg)
     if _inside_managed_process():  # a worker of a job whose launcher already holds the run
         return run_worker(cfg, prepare_corpus(cfg.data))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with results.run_lock(out) as held:
+    with folder.run_lock(out) as held:
         if not held:  # another process (a second sweep, a second joblib worker) is running this identity
-            print(f"[ablate] {results.run_id(cfg)} is being run by another process; skipped")
-            rec_path = out / results.RECORD_NAME
+            print(f"[ablate] {identity.run_id(cfg)} is being run by another process; skipped")
+            rec_path = out / store.RECORD_NAME
             if rec_path.is_file():
-                return results.read_record(rec_path)
-            return {"run_id": results.run_id(cfg), "row": cfg.model.name, "status": "running"}
+                return store.read_record(rec_path)
+            return {"run_id": identity.run_id(cfg), "row": cfg.model.name, "status": "running"}
         return _train_locked(cfg, out, jobs_per_device)
 
 
 def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
-    rec_path = out / results.RECORD_NAME
+    rec_path = out / store.RECORD_NAME
     if cfg.resume and rec_path.is_file():
-        rec = results.read_record(rec_path)
+        rec = store.read_record(rec_path)
         if rec["status"] == "finished":
             print(f"[ablate] {rec['run_id']} already finished: {rec_path} (skipped)")
             return rec
@@ -79,12 +79,12 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
         print(f"[ablate] resume=false: previous run folder kept as {kept}")
     prepared = prepare_corpus(cfg.data)  # once, before any worker starts
     if cfg.trainer.device_pool is not None:  # hydra/launcher=gpus: jobs side by side, each on its own ids
-        ids = devices.pool(cfg.trainer.device_pool)
+        ids = gpu_pool.pool(cfg.trainer.device_pool)
         lock_dir, k = Path(cfg.results_dir) / ".devices", jobs_per_device
-        with devices.acquire(ids, cfg.trainer.devices, lock_dir, per_device=k) as mine:
+        with gpu_pool.acquire(ids, cfg.trainer.devices, lock_dir, per_device=k) as mine:
             shared = f" (each shared by up to {k} jobs)" if k > 1 else ""
-            print(f"[ablate] {results.run_id(cfg)}: devices {mine}{shared}")
-            return spawn_job(cfg, out, devices.child_env(mine, k))
+            print(f"[ablate] {identity.run_id(cfg)}: devices {mine}{shared}")
+            return spawn_job(cfg, out, gpu_pool.child_env(mine, k))
     if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
         return spawn_job(cfg, out)
     return run_worker(cfg, prepared)

@@ -251,7 +251,7 @@ def _out_path(args, cmd: str) -> Path | None:
 
 def _emit(text: str, out: Path | None, quiet: bool) -> None:
     if out is not None:
-        from ablate.records.store import atomic_write_text
+        from ablate.records.folder import atomic_write_text
 
         atomic_write_text(out, text)
     if not quiet or out is None:
@@ -344,7 +344,7 @@ def _params(args) -> int:
         table.notes = notes
         text = render(table, args.format)
     if args.out and args.out != "-":
-        from ablate.records.store import atomic_write_text
+        from ablate.records.folder import atomic_write_text
 
         atomic_write_text(args.out, text)
     sys.stdout.write(text)

@@ -1,7 +1,7 @@
 """Read result records and the row configs they came from; pick one run per (row, seed) cell.
 
-The report depends on the record format (ablate.records.store) and the row YAMLs (conf/model/<row>.yaml), never on
-training code. Corrupted records become warnings that name the file.
+The report depends on the record format (ablate.records.store) and the row YAMLs
+(conf/model/<row>.yaml), never on training code. Corrupted records become warnings that name the file.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import numpy as np
 from ablate import paper
 from ablate.config import ModelConfig, to_dataclass, total_steps
 from ablate.config.rows import ordered, resolve_row
-from ablate.records.store import code_file_hashes, code_hash, find_records, is_running, stale_code
+from ablate.records.staleness import why_stale
+from ablate.records.status import shown
+from ablate.records.store import find_records
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 _STATUS_RANK = {
@@ -104,12 +106,8 @@ class Run:
 
     @functools.cached_property
     def status(self) -> str:
-        """A record's status (results.STATUSES), or interrupted: `running` in a record whose process is
-        gone."""
-        status = self.rec["status"]
-        if status == "running" and "_path" in self.rec and not is_running(self.folder):
-            return "interrupted"
-        return status
+        """The status a reader shows (records.status.shown)."""
+        return shown(self.rec, self.folder if "_path" in self.rec else None)
 
     @property
     def metrics(self) -> dict[str, Any]:
@@ -253,8 +251,8 @@ def _neg_time(r: Run) -> str:
     return "".join(chr(0x10FFFF - ord(c)) for c in t)
 
 
-def stale_reasons(run: Run, rows: RowConfigs, today: str, today_files: dict[str, str]) -> list[str]:
-    code = stale_code(run.rec, today_files, today)
+def stale_reasons(run: Run, rows: RowConfigs) -> list[str]:
+    code = why_stale(run.rec)
     out = [code] if code else []
     model = rows.models.get(run.row)
     rec_model = run.cfg("model") or {}
@@ -347,9 +345,7 @@ def _ambiguous(runs: list[Run], why: str) -> None:
     )
 
 
-def _one_per_cell(
-    runs: list[Run], rows: RowConfigs, today: str, today_files: dict[str, str], excluded: list[str]
-) -> dict[str, dict[int, Run]]:
+def _one_per_cell(runs: list[Run], rows: RowConfigs, excluded: list[str]) -> dict[str, dict[int, Run]]:
     """One record per (row, seed): finished before running before failed, then the newest."""
     chosen: dict[str, dict[int, Run]] = {}
     dup = 0
@@ -358,7 +354,7 @@ def _one_per_cell(
         if r.seed in by_seed:
             dup += 1
             continue
-        r.stale = stale_reasons(r, rows, today, today_files)
+        r.stale = stale_reasons(r, rows)
         by_seed[r.seed] = r
     if dup:
         excluded.append(f"{dup} older or unfinished duplicate record(s) of a (row, seed) cell")
@@ -371,7 +367,6 @@ def collect(
     task: str = "translation",
     preset: str | None = None,
     sweep: str | None = None,
-    today: str | None = None,
 ) -> Collection:
     results_dir = Path(results_dir)
     warnings: list[str] = []
@@ -383,11 +378,10 @@ def collect(
     warnings += [f"skipped {e}" for e in errors]
     rows = row_configs(conf_dir)
     warnings += rows.errors
-    today = today or code_hash()
     excluded: list[str] = []
 
     runs, preset, why = _select([Run(r) for r in records], task, preset, sweep, excluded)
-    chosen = _one_per_cell(runs, rows, today, code_file_hashes(), excluded)
+    chosen = _one_per_cell(runs, rows, excluded)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get("base", {}).values()), None)
     tmpl = base or next((r for by in chosen.values() for r in by.values()), None)

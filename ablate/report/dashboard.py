@@ -244,7 +244,7 @@ def report_from_spec(spec: dict[str, Any]) -> wr.Report:
 
 
 def write_spec(report: wr.Report, path: str | Path) -> Path:
-    from ablate.records.store import atomic_write_text
+    from ablate.records.folder import atomic_write_text
 
     atomic_write_text(path, json.dumps(report_spec(report), indent=2) + "\n")
     return Path(path)

@@ -9,7 +9,7 @@ from typing import Any
 
 from ablate import paper
 from ablate.config import ArchConfig, DataConfig, DecodeConfig, TrainConfig, TrainerConfig
-from ablate.records.store import NOT_IDENTITY
+from ablate.records.identity import NOT_IDENTITY
 from ablate.report.analysis import Analysis
 from ablate.report.collect import Run
 

@@ -88,11 +88,15 @@ class Curves(Callback):
 
 
 class Preempted(SystemExit):
-    """SIGTERM / SIGUSR1 (SLURM preemption, submitit timeouts): checkpoint written, exit code 143."""
+    """Training stopped on SIGTERM / SIGUSR1 at `step`, its checkpoint written; exit code 143. Whoever sent
+    the signal decides the record's status (ablate.jobs.train)."""
 
-    def __init__(self, message: str):
-        print(f"[ablate] {message}")
-        super().__init__(143)
+    CODE = 143
+
+    def __init__(self, step: int | None, checkpoint: Path):
+        self.step = step
+        print(f"[ablate] stopped at step {step}: checkpoint {checkpoint}", flush=True)
+        super().__init__(self.CODE)
 
 
 class Preemption(Callback):

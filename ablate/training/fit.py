@@ -21,7 +21,6 @@ from lightning_fabric.plugins.io.torch_io import TorchCheckpointIO
 from pytorch_lightning.callbacks import Callback, ModelCheckpoint
 from pytorch_lightning.utilities.exceptions import SIGTERMException
 
-from ablate.cluster import gpu_pool as devices
 from ablate.config import (
     RunConfig,
     accumulation,
@@ -32,9 +31,10 @@ from ablate.config import (
     total_steps,
 )
 from ablate.data.datamodule import Prepared, TranslationData
+from ablate.errors import typed_line
 from ablate.nn.model import Transformer, count_parameters
-from ablate.records import store as results
-from ablate.records import tracking
+from ablate.records import folder, identity, status, store, tracking
+from ablate.tasks import task_of
 from ablate.training import faults
 from ablate.training.callbacks import (
     Budget,
@@ -45,7 +45,7 @@ from ablate.training.callbacks import (
     TimeLimit,
     TrainClock,
 )
-from ablate.training.hardware import device_name, keep_freed_memory, resolve_precision
+from ablate.training.hardware import assigned_devices, device_name, keep_freed_memory, resolve_precision
 from ablate.training.module import TranslationModule
 
 
@@ -57,16 +57,18 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
     """Build, fit, evaluate, record. One piece: the try block must hold every step after the record is
     written, so that any failure leaves the record `failed` with its reason."""
     _set_up_process(cfg)
-    out, rank0 = results.run_dir(cfg), _is_rank0()
+    out, rank0 = identity.run_dir(cfg), _is_rank0()
     out.mkdir(parents=True, exist_ok=True)
-    rec_path = out / results.RECORD_NAME
+    rec_path = out / store.RECORD_NAME
     t_start = time.perf_counter()
-    record = results.new_record(cfg, data={"name": cfg.data.name, **_data_facts(prepared)})
-    record["data_hash"] = prepared.meta["corpus_key"]
-    record.update(code_hash=results.code_hash(), git=results.git_revision(), versions=results.versions())
-    record["devices_assigned"] = devices.assigned()  # hydra/launcher=gpus: the ids this job held
+    record = store.new_record(
+        cfg,
+        data={"name": cfg.data.name, **_data_facts(prepared)},
+        data_hash=prepared.meta["corpus_key"],
+        devices_assigned=assigned_devices(),  # hydra/launcher=gpus: the ids this job held
+    )
     if rank0:
-        results.atomic_write_json(rec_path, record)
+        record = status.transition(rec_path, "start", record)
     logger, trainer = None, None
     try:
         resume = _resume_state(out / "checkpoints", out / "curves.jsonl")
@@ -82,31 +84,21 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
             resume.check_architecture(module)
         record.update(_model_facts(cfg, module))
         if rank0:
-            results.atomic_write_json(rec_path, record)
+            status.update(rec_path, record)
         logger = _logger(cfg, out) if rank0 else False
         trainer = _trainer(cfg, out, logger, _callbacks(cfg, out, clock, budget))
         trainer.fit(module, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
         train_time = clock.elapsed()  # across restarts: a resumed run counts its earlier processes' training
         final = _final_eval(cfg, trainer, module, dm)
-    except SIGTERMException:  # preempted: the checkpoint is written; the same command continues the run
+    except SIGTERMException:  # a stop signal: the checkpoint is written; who sent it decides the status
         step = trainer.global_step if trainer else 0
         if rank0:
-            record.update(
-                preempted=results.now(),
-                reason=f"preempted at step {step}; run the same command again to continue",
-            )
-            results.atomic_write_json(rec_path, record)
+            status.update(rec_path, {**record, "stopped_at_step": step})
         tracking.finish(logger)
-        raise Preempted(f"preempted at step {step}: checkpoint {out / 'checkpoints' / 'last.ckpt'}") from None
-    except BaseException as e:  # record the failure, then let the caller decide
+        raise Preempted(step, out / "checkpoints" / "last.ckpt") from None
+    except BaseException as e:  # record the failure (or Ctrl-C), then let the caller decide
         if rank0:
-            record.update(
-                status="failed",
-                reason=one_line(e),
-                finished=results.now(),
-                traceback=traceback.format_exc(limit=5),
-            )
-            results.atomic_write_json(rec_path, record)
+            _record_failure(rec_path, record, e, trainer)
         tracking.finish(logger)
         raise
     if rank0:
@@ -115,6 +107,21 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
         _log_final(logger, record, final, dm.sources_text("dev"), module.references)
     tracking.finish(logger, [rec_path, out / "curves.jsonl", out / "dev_sentences.npz"])
     return record
+
+
+def _record_failure(path: Path, record: dict, e: BaseException, trainer) -> None:
+    if _is_ctrl_c(e):
+        step = trainer.global_step if trainer else 0
+        status.transition(path, "interrupt", record, status.CTRL_C, stopped_at_step=step)
+    else:
+        status.transition(path, "fail", record, typed_line(e), traceback=traceback.format_exc(limit=5))
+
+
+def _is_ctrl_c(e: BaseException) -> bool:
+    """Ctrl-C, as Python raises it or as Lightning answers it in fit (exit(1) raised while handling it)."""
+    return isinstance(e, KeyboardInterrupt) or (
+        isinstance(e, SystemExit) and isinstance(e.__context__, KeyboardInterrupt)
+    )
 
 
 # -- building -------------------------------------------------------------------------------------------
@@ -145,12 +152,7 @@ def _module(
     import sentencepiece as spm
 
     references = dm.references("dev")[: cfg.decode.dev_limit or None]
-    scorer = None
-    if cfg.task == "parsing":
-        from ablate.data.treebank.corpus import gold_trees, parsing_metrics
-
-        sources, gold = dm.sources_text("dev"), gold_trees(prepared.root, "dev", cfg.data)
-        scorer = lambda hyps: parsing_metrics(sources, hyps, gold)  # noqa: E731 - EVALB F1 of dev (6.3)
+    scorer = task_of(cfg.task).dev_scorer(cfg, prepared, dm)
     module = TranslationModule(
         cfg,
         effective_model(cfg, prepared.meta["vocab_size"]),
@@ -195,7 +197,7 @@ def _logger(cfg: RunConfig, out: Path):
     }
     config = {**asdict(cfg), **flat}
     return tracking.make_logger(
-        cfg.logger, out, results.run_id(cfg), cfg.model.name, cfg.sweep_name, tags, config
+        cfg.logger, out, identity.run_id(cfg), cfg.model.name, cfg.sweep_name, tags, config
     )
 
 
@@ -319,7 +321,7 @@ def _resume_state(ckpt_dir: Path, curves: Path) -> ResumeState | None:
             print(f"[ablate] skipped unreadable checkpoint(s): {', '.join(unreadable)}")
         if curves.is_file():
             rows = [r for r in curves.read_text().splitlines() if r and json.loads(r)["step"] <= found.step]
-            results.atomic_write_text(curves, "".join(r + "\n" for r in rows))
+            folder.atomic_write_text(curves, "".join(r + "\n" for r in rows))
         print(f"[ablate] resuming from {path} (step {found.step})")
         return found
     if unreadable:
@@ -347,8 +349,6 @@ def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
     _write_outputs(out, final)
     tokens = module.train_tokens * trainer.world_size
     record.update(
-        status="finished",
-        finished=results.now(),
         steps=trainer.global_step,
         target_tokens=tokens,
         **timing,
@@ -373,16 +373,16 @@ def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
     m = trainer.callback_metrics
     if "train/loss" in m:
         record["metrics"]["train_loss"] = float(m["train/loss"])
-    results.atomic_write_json(out / results.RECORD_NAME, record)
+    record = status.transition(out / store.RECORD_NAME, "finish", record)
     if cfg.train.average_last and "test" in dm.splits:  # Table 2: average, decode the test set
-        from ablate.evaluate import evaluate_run
+        from ablate.training.evaluation import evaluate_run
 
         record = {**record, "metrics": {**record["metrics"], **evaluate_run(out, cfg.train.average_last)}}
     return record
 
 
 def _write_outputs(out: Path, final: dict) -> None:
-    results.atomic_write_text(out / "dev.hyp.txt", "\n".join(final.get("hyps", [])) + "\n")
+    folder.atomic_write_text(out / "dev.hyp.txt", "\n".join(final.get("hyps", [])) + "\n")
     tmp = out / ".dev_sentences.tmp.npz"
     np.savez(tmp, nll=final["sent_nll"], tokens=final["sent_tokens"], bleu_stats=final["bleu_stats"])
     os.replace(tmp, out / "dev_sentences.npz")
@@ -404,9 +404,4 @@ def _log_final(logger, record: dict, final: dict, sources: list[str], refs: list
             rows = [[sources[i], refs[i], final["hyps"][i]] for i in range(n)]
             logger.log_text(key="dev_samples", columns=["source", "reference", "hypothesis"], data=rows)
     except Exception as e:  # logging must never lose a finished run
-        print(f"[ablate] logging the final metrics failed: {one_line(e)}")
-
-
-def one_line(e: BaseException) -> str:
-    msg = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {msg[0] if msg else ''}"[:500]
+        print(f"[ablate] logging the final metrics failed: {typed_line(e)}")

@@ -4,6 +4,7 @@ allocator's behaviour."""
 from __future__ import annotations
 
 import ctypes
+import os
 import warnings
 
 import pytorch_lightning as pl
@@ -69,3 +70,12 @@ def keep_freed_memory() -> None:
     m_trim_threshold, m_mmap_threshold = -1, -3  # <malloc.h>
     libc.mallopt(m_mmap_threshold, 32 << 20)
     libc.mallopt(m_trim_threshold, 1 << 40)
+
+
+ASSIGNED_ENV = "ABLATE_DEVICES"  # the ids of a job's processes under hydra/launcher=gpus, as "2,3"
+
+
+def assigned_devices() -> list[int] | None:
+    """The device ids hydra/launcher=gpus gave this job (its record keeps them), None outside it."""
+    v = os.environ.get(ASSIGNED_ENV)
+    return [int(x) for x in v.split(",")] if v else None

@@ -25,6 +25,7 @@ from ablate.nn.decode import CachedStepper, beam_search, greedy_search
 from ablate.nn.loss import LogitsBuffer, label_smoothed_loss
 from ablate.nn.model import Transformer, TransformerConfig
 from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
+from ablate.tasks import task_of
 
 
 class NonFiniteLoss(RuntimeError):
@@ -165,11 +166,7 @@ class TranslationModule(pl.LightningModule):
 
     def translate(self, b: Batch) -> list[list[int]]:
         d = self.cfg.decode
-        stepper = CachedStepper(self.model)
-        if self.cfg.task == "parsing" and d.well_formed:  # only trees over the source's words
-            from ablate.tasks.parsing.constrain import tree_stepper
-
-            stepper = tree_stepper(stepper, self.cfg)
+        stepper = task_of(self.cfg.task).stepper(self.cfg, CachedStepper(self.model))
         if d.method == "greedy":
             out = greedy_search(stepper, b.src, b.src_lengths, BOS, EOS, d.max_len_a, d.max_len_b)
         else:

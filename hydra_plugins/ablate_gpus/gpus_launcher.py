@@ -1,5 +1,5 @@
-"""`hydra/launcher=gpus`: Hydra's joblib launcher running a sweep's jobs side by side on one machine, each
-on GPUs of its own (ablate/cluster/gpu_pool.py), plus one key: `jobs_per_device`, how many jobs share one GPU (a
+"""`hydra/launcher=gpus`: Hydra's joblib launcher running a sweep's jobs side by side on one machine, each on
+GPUs of its own (ablate/cluster/gpu_pool.py), plus one key: `jobs_per_device`, how many jobs share one GPU (a
 Table 3 row at reduced width uses a small part of an H100). The job reads the key from its Hydra config
 (ablate.jobs.sweep.launcher_setting); the launcher itself only keeps it away from joblib.Parallel."""
 

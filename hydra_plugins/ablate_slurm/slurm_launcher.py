@@ -1,13 +1,13 @@
 """`hydra/launcher=slurm`: one SLURM job per sweep member, through submitit (`pip install -e '.[slurm]'`).
 
-Before anything is submitted, each member's request is resolved from its own run config (ablate.cluster.slurm_request:
-tasks = trainer.devices per node, nodes = trainer.num_nodes, GPUs only where the trainer uses them, CPUs
-per task from trainer.threads) and checked against what `sinfo` says the partition offers; a request no
-node can hold stops the sweep in one line naming the key. Members with the same request go in one job
-array. Each job asks SLURM for the warning signal (`--signal=USR2@signal_delay_s`) and for requeueing;
-inside the job, ablate.cluster.slurm_job stops training at a checkpoint and requeues the job until the run is
-finished. The launcher waits for every job, and a job that ended without an answer (scancel, a node lost,
-killed at its time limit) is reported by its SLURM state and written into the run's record, so that the
+Before anything is submitted, each member's request is resolved from its own run config
+(ablate.cluster.slurm_request: tasks = trainer.devices per node, nodes = trainer.num_nodes, GPUs only where
+the trainer uses them, CPUs per task from trainer.threads) and checked against what `sinfo` says the partition
+offers; a request no node can hold stops the sweep in one line naming the key. Members with the same request
+go in one job array. Each job asks SLURM for the warning signal (`--signal=USR2@signal_delay_s`) and for
+requeueing; inside the job, ablate.cluster.slurm_job stops training at a checkpoint and requeues the job until
+the run is finished. The launcher waits for every job, and a job that ended without an answer (scancel, a node
+lost, killed at its time limit) is reported by its SLURM state and written into the run's record, so that the
 sweep's closing line (and exit status) tells which runs did not finish.
 
 This module is imported by Hydra's plugin scan on every start: submitit and torch are imported only when
@@ -27,8 +27,8 @@ from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-# submitit counts requeues after a time limit and gives up past this many; ablate.cluster.slurm_job stops a run that
-# makes no progress in an allocation instead, so the count only has to be out of the way.
+# submitit counts requeues after a time limit and gives up past this many; ablate.cluster.slurm_job stops
+# a run that makes no progress in an allocation instead, so the count only has to be out of the way.
 MAX_REQUEUES = 10_000
 
 
@@ -64,7 +64,7 @@ class _Member:
     overrides: list[str]
     idx: int
     run_id: str
-    folder: Path  # the run's folder (results.run_dir)
+    folder: Path  # the run's folder (identity.run_dir)
     request: Any  # ablate.cluster.slurm_request.Request
 
 
@@ -99,8 +99,9 @@ class AblateSlurmLauncher(Launcher):
         """Each member's run id and request, checked against the partition before any is submitted; a
         member whose config does not compose is not submitted (its outcome says why)."""
         from ablate.cluster import slurm_request as slurm
+        from ablate.errors import first_line
         from ablate.jobs.sweep import member_config
-        from ablate.records import store as results
+        from ablate.records import identity
 
         part = slurm.pick_partition(slurm.partitions(), self.params.get("partition"))
         members, refused = [], {}
@@ -112,14 +113,15 @@ class AblateSlurmLauncher(Launcher):
                 cfg = member_config(dcfg, list(overrides), "slurm")
                 trainer = OmegaConf.to_container(dcfg.trainer, resolve=True)
             except Exception as e:  # noqa: BLE001 - a bad config fails alone
-                reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                reason = first_line(e)
                 print(f"error: #{first + i} {' '.join(overrides)}: {reason}", file=sys.stderr)
                 refused[first + i] = _returned(list(overrides), " ".join(overrides), "failed", reason)
                 continue
             request = slurm.resolve(self.params, trainer, part)
             slurm.check(request, part)
-            folder = results.run_dir(cfg)
-            members.append(_Member(list(overrides), first + i, results.run_id(cfg), folder, request))
+            members.append(
+                _Member(list(overrides), first + i, identity.run_id(cfg), identity.run_dir(cfg), request)
+            )
         return members, refused
 
     def _submit(self, submitit: Any, members: list[_Member]) -> list[tuple[_Member, Any]]:
@@ -171,14 +173,18 @@ class AblateSlurmLauncher(Launcher):
         try:
             return job.results()[0]
         except Exception as e:  # noqa: BLE001 - submitit's UncompletedJobError / FailedJobError
+            from ablate.records import status
+
             state = str(job.state)
-            status = _status_of(state)
+            name = _transition_of(state)
             reason = f"SLURM job {job.job_id} ended {state} without finishing; resubmit the sweep to resume"
             if "FailedJobError" in type(e).__name__:
                 reason = f"SLURM job {job.job_id} raised: {str(e).strip().splitlines()[-1][:300]}"
-            _mark(member.folder, status, reason)
-            print(f"[ablate] #{member.idx} {member.run_id}: {status}: {reason}", file=sys.stderr)
-            return _returned(member.overrides, member.run_id, status, reason)
+            # unless the run said how it ended (finished after all, or stopped at a checkpoint)
+            status.settle(member.folder / "record.json", name, reason)
+            said = status.TRANSITIONS[name][1]
+            print(f"[ablate] #{member.idx} {member.run_id}: {said}: {reason}", file=sys.stderr)
+            return _returned(member.overrides, member.run_id, said, reason)
 
     # -- inside the job ----------------------------------------------------------------------------------
 
@@ -187,9 +193,9 @@ class AblateSlurmLauncher(Launcher):
     ) -> JobReturn:
         import submitit
 
-        from ablate.cluster import slurm_job as requeue
+        from ablate.cluster import slurm_job
 
-        requeue.job().install()  # before Hydra composes: the warning may come at any time
+        slurm_job.job().install()  # before Hydra composes: the warning may come at any time
         Singleton.set_state(singleton_state)
         setup_globals()
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, sweep_overrides)
@@ -205,8 +211,8 @@ class AblateSlurmLauncher(Launcher):
         )
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """submitit's protocol, for a warning that comes before ablate.cluster.slurm_job's handler is in place: the
-        same member again (the run resumes from its checkpoint)."""
+        """submitit's protocol, for a warning that comes before ablate.cluster.slurm_job's handler is in
+        place: the same member again (the run resumes from its checkpoint)."""
         import submitit
 
         return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
@@ -239,23 +245,10 @@ def _describe(req: Any) -> str:
     )
 
 
-def _status_of(state: str) -> str:
+def _transition_of(state: str) -> str:
+    """The transition of a record whose job ended in SLURM state `state` without its run's word."""
     if state.startswith("CANCELLED"):
-        return "cancelled"
+        return "cancel"
     if state.startswith(("TIMEOUT", "PREEMPTED")):
-        return "timed_out" if state.startswith("TIMEOUT") else "preempted"
-    return "failed"
-
-
-def _mark(folder: Path, status: str, reason: str) -> None:
-    """Say in the run's record how its job ended, unless the run finished after all."""
-    from ablate.records import store as results
-
-    path = folder / results.RECORD_NAME
-    try:
-        rec = results.read_record(path)
-    except results.RecordError:
-        return  # the job ended before its run wrote a record
-    if rec["status"] != "finished":
-        rec.update(status=status, reason=reason, finished=results.now())
-        results.atomic_write_json(path, rec)
+        return "time_out" if state.startswith("TIMEOUT") else "preempt"
+    return "fail"

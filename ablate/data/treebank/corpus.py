@@ -1,4 +1,4 @@
-"""English constituency parsing as a translation task (section 6.3, Table 4), for the training pipeline.
+"""A treebank as parallel text (section 6.3, Table 4): the corpus the parsing task trains on.
 
 * :func:`parsing_corpus` turns a treebank into the parallel text the datamodule prepares: the source is
   a sentence's words, the target its linearized tree (:func:`ablate.data.treebank.linearize.linearize`).
@@ -8,7 +8,6 @@
 * The gold trees of dev and test go with the prepared corpus: :class:`ParsingCorpus` writes
   ``dev.gold.mrg`` / ``test.gold.mrg`` (one cleaned tree a line, POS tags kept, since EVALB deletes
   punctuation by the gold tags) next to ``dev.src.txt``; :func:`gold_trees` reads them back.
-* :func:`parsing_metrics` scores decoded dev outputs (EVALB, COLLINS.prm) as the record's ``f1``.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ __all__ = [
     "parsing_corpus",
     "gold_path",
     "gold_trees",
-    "parsing_metrics",
 ]
 
 NAMES = ("wsj", "wsj_semi")  # data.name values of the parsing task (the report tells them apart)
@@ -174,25 +172,3 @@ def gold_trees(prepared_root: str | Path, split: str = "dev", cfg: DataConfig | 
     if cfg is None:
         raise FileNotFoundError(f"{path}: no gold trees (and no data config to re-read the treebank)")
     return load_split(treebank_root(cfg), split)
-
-
-# -- the dev metric --------------------------------------------------------------------------------------
-
-
-def parsing_metrics(sources: list[str], hyps: list[str], split_gold: list[Tree]) -> dict:
-    """EVALB (COLLINS.prm) figures of decoded linearized trees, on a 0-100 scale.
-
-    ``hyps[i]`` is the model's output for ``sources[i]`` whose gold tree is ``split_gold[i]``; when fewer
-    hypotheses than sentences are given (``decode.dev_limit``), the first ``len(hyps)`` are scored.
-    Keys: ``f1``, ``precision``, ``recall``, ``f1_le40`` (and its precision/recall), ``complete_match``,
-    ``average_crossing``, ``n``, ``n_valid``, ``n_error``, ``n_skip``, ``n_repaired`` (see
-    :func:`ablate.tasks.parsing.score.score_predictions`).
-    """
-    from ablate.tasks.parsing.score import score_predictions
-
-    n = len(hyps)
-    if len(sources) < n or len(split_gold) < n:
-        raise ValueError(
-            f"parsing_metrics: {n} hypotheses but {len(sources)} sources and {len(split_gold)} gold trees"
-        )
-    return score_predictions(list(sources[:n]), list(hyps), list(split_gold[:n]))

@@ -1,67 +1,40 @@
-"""English constituency parsing data and scoring (paper section 6.3, Table 4).
+"""English constituency parsing (section 6.3, Table 4): the model trained on linearized trees
+(ablate.data.treebank), scored by EVALB's F1 (`score`, `evalb`), optionally searched over well-formed
+trees only (`constrain`, decode.well_formed)."""
 
-Pure Python (no torch): Penn Treebank reading and cleaning (:mod:`.tree`), Vinyals et al.
-2015 linearization (:mod:`.linearize`), EVALB/COLLINS.prm scoring (:mod:`.evalb`), WSJ
-splits and loading (:mod:`.wsj`), a built-in synthetic treebank (:mod:`.builtin`) and
-prediction scoring (:mod:`.score`). The search's constraint to well-formed trees
-(:mod:`.constrain`, decode.well_formed) works on the decoder's scores; only decoding imports it.
-"""
+from __future__ import annotations
 
-from ablate.data.treebank.builtin import generate_trees, write_builtin_treebank
-from ablate.data.treebank.linearize import XX, delinearize, delinearize_with_report, linearize, strip_tags
-from ablate.data.treebank.tree import Tree, clean, parse_bracketed, read_mrg, tags, to_string, words
-from ablate.data.treebank.wsj import (
-    DEV_SECTIONS,
-    SPLITS,
-    TEST_SECTIONS,
-    TRAIN_SECTIONS,
-    load_silver,
-    load_split,
-    load_wsj,
-    parallel_text,
-)
-
-from .evalb import COLLINS, EvalbParams, EvalbResult, EvalbSummary, SentenceResult, evalb
+from ablate.tasks import Task
 
 
-def __getattr__(name: str):
-    # Imported lazily so that `python -m ablate.tasks.parsing.score` does not find the module
-    # already imported by its package (runpy's RuntimeWarning).
-    if name == "score_predictions":
-        from .score import score_predictions
+class ParsingTask(Task):
+    name = "parsing"
 
-        return score_predictions
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def dev_scorer(self, cfg, prepared, dm):
+        from ablate.data.treebank.corpus import gold_trees
+        from ablate.tasks.parsing.score import parsing_metrics
 
+        sources, gold = dm.sources_text("dev"), gold_trees(prepared.root, "dev", cfg.data)
+        return lambda hyps: parsing_metrics(sources, hyps, gold)  # EVALB F1 of dev (6.3)
 
-__all__ = [
-    "COLLINS",
-    "DEV_SECTIONS",
-    "EvalbParams",
-    "EvalbResult",
-    "EvalbSummary",
-    "SPLITS",
-    "SentenceResult",
-    "TEST_SECTIONS",
-    "TRAIN_SECTIONS",
-    "Tree",
-    "XX",
-    "clean",
-    "delinearize",
-    "delinearize_with_report",
-    "evalb",
-    "generate_trees",
-    "linearize",
-    "load_silver",
-    "load_split",
-    "load_wsj",
-    "parallel_text",
-    "parse_bracketed",
-    "read_mrg",
-    "score_predictions",
-    "strip_tags",
-    "tags",
-    "to_string",
-    "words",
-    "write_builtin_treebank",
-]
+    def stepper(self, cfg, stepper):
+        if not cfg.decode.well_formed:
+            return stepper
+        from ablate.tasks.parsing.constrain import tree_stepper
+
+        return tree_stepper(stepper, cfg)  # only trees over the source's words
+
+    def split_metrics(self, cfg, prepared, dm, split, hyps):
+        """EVALB (COLLINS.prm) figures of the decoded trees of a split (section 23 for Table 4), and the
+        hypotheses as bracketed trees, one a line, in `.trees.txt` for EVALB itself."""
+        from ablate.data.treebank.corpus import gold_trees
+        from ablate.data.treebank.tree import to_string
+        from ablate.tasks.parsing.score import figures, score_trees
+
+        if split == "custom":  # --src/--ref: no gold trees
+            return {}, {}
+        sources = dm.sources_text(split)[: len(hyps)]
+        gold = gold_trees(prepared.root, split, cfg.data)[: len(hyps)]
+        result, trees, notes = score_trees(sources, hyps, gold)
+        text = "\n".join(to_string(t) for t in trees) + "\n"
+        return {f"{split}_{k}": v for k, v in figures(result, notes).items()}, {".trees.txt": text}

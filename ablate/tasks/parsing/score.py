@@ -67,6 +67,23 @@ def score_predictions(sources: list[str], predictions: list[str], gold: list[Tre
 EVALB_MAX_BRACKETS = 200  # evalb.c crashes on a tree with more
 
 
+def parsing_metrics(sources: list[str], hyps: list[str], split_gold: list[Tree]) -> dict:
+    """EVALB (COLLINS.prm) figures of decoded linearized trees, on a 0-100 scale.
+
+    ``hyps[i]`` is the model's output for ``sources[i]`` whose gold tree is ``split_gold[i]``; when fewer
+    hypotheses than sentences are given (``decode.dev_limit``), the first ``len(hyps)`` are scored.
+    Keys: ``f1``, ``precision``, ``recall``, ``f1_le40`` (and its precision/recall), ``complete_match``,
+    ``average_crossing``, ``n``, ``n_valid``, ``n_error``, ``n_skip``, ``n_repaired`` (see
+    :func:`ablate.tasks.parsing.score.score_predictions`).
+    """
+    n = len(hyps)
+    if len(sources) < n or len(split_gold) < n:
+        raise ValueError(
+            f"parsing_metrics: {n} hypotheses but {len(sources)} sources and {len(split_gold)} gold trees"
+        )
+    return score_predictions(list(sources[:n]), list(hyps), list(split_gold[:n]))
+
+
 def figures(result: EvalbResult, notes: list[list[str]]) -> dict:
     """The record's parsing figures: EVALB's summary (all and len <= 40), its counts, and what EVALB itself
     would have refused (error sentences past MAX_ERROR 10; trees of over 200 brackets)."""

@@ -1,0 +1,87 @@
+"""A run's identity: a hash of the config values that change what it computes, plus the seed. It names the
+run folder and the W&B run id, so the same command finds its own run again: skipped when finished,
+resumed when interrupted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+# Keys that do not change what a run computes.
+NOT_IDENTITY = {
+    "results_dir",
+    "sweep_name",
+    "resume",
+    "logger",
+    "experiment",
+    "recipe",  # a name: what the recipe sets (base, train, data, decode) is in the identity
+    "data.cache_dir",
+    "data.num_workers",
+    "trainer.progress_bar",
+    "trainer.threads",
+    "trainer.device_pool",
+    "train.max_minutes",
+}
+
+
+# Where a run's data files lie. Where the data source names the files by their content (data.fingerprint),
+# their folder is not part of the run: the same files elsewhere (another machine, another checkout) are
+# the same run, so committed runs are found finished wherever the data sits.
+DATA_PATHS = (
+    "data.root",
+    "data.train_src",
+    "data.train_tgt",
+    "data.dev_src",
+    "data.dev_tgt",
+    "data.test_src",
+    "data.test_tgt",
+    "data.treebank_dir",
+    "data.silver_trees",
+)
+
+
+def identity_dict(cfg) -> dict[str, Any]:
+    """The values that name a run: every config value that differs from the dataclass default, less the
+    keys that do not change what a run computes. Only non-defaults count, so that adding a new option (with
+    a default) to the config does not rename every existing run."""
+    from ablate.config import RunConfig, flat_fields
+
+    defaults = flat_fields(RunConfig())
+    out = {}
+    for key, value in flat_fields(cfg).items():
+        if key in NOT_IDENTITY or key.split(".")[0] in NOT_IDENTITY:
+            continue
+        if isinstance(value, tuple):
+            value = list(value)
+        default = defaults.get(key)
+        if isinstance(default, tuple):
+            default = list(default)
+        if value != default:
+            out[key] = value
+    # The content of the data files a run reads, which the config names only by path: an edited training
+    # or reference file must name a new run, not find the old one finished. Added only for sources that
+    # read such files (files, multi30k, wmt14_en_de local files, wsj, wsj_semi): the built-in corpus is
+    # generated from config values already here (and the downloaded WMT14 release is pinned by checksums),
+    # so their run ids stay what they were. A fingerprint (ablate.data.fingerprint) is the sha256 of the
+    # content, recomputed only when a file's size or mtime changed: `touch` alone renames nothing.
+    from ablate.data.corpora import data_fingerprint
+
+    fingerprint = data_fingerprint(cfg.data)
+    if fingerprint is not None:
+        out = {k: v for k, v in out.items() if k not in DATA_PATHS}
+        out["data.fingerprint"] = fingerprint
+    return out
+
+
+def run_id(cfg) -> str:
+    """'<row>-<12 hex of the config hash>-s<seed>'."""
+    blob = json.dumps(identity_dict(cfg), sort_keys=True, default=str)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:12]
+    return f"{cfg.model.name}-{digest}-s{cfg.seed}"
+
+
+def run_dir(cfg) -> Path:
+    return Path(cfg.results_dir) / cfg.model.name / run_id(cfg)

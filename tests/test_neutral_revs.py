@@ -1,0 +1,38 @@
+"""Every commit listed in .result-neutral-revs is result-neutral for the tasks it names: a tiny training run
+of each at the commit and at its parent gives every number equal (tests/neutral_revs.py). Staleness
+(ablate.records.staleness) trusts the list; this test is what makes the list true."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from neutral_revs import check, differences
+
+from ablate.records.staleness import NEUTRAL_REVS, neutral_revs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_fingerprint_tells_a_change():
+    a = {"params": 1, "steps": 2, "dev_hyp": "x", "metrics": {"dev_ppl": 5.0}, "curves": [{"step": 1}]}
+    assert differences(a, dict(a)) == []
+    b = {**a, "metrics": {"dev_ppl": 5.000001}, "curves": [{"step": 1, "train_loss": 2.0}]}
+    assert differences(a, b) == ["metrics.dev_ppl: 5.0 != 5.000001", "curves differ (line 0, 1 vs 1 lines)"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the repository's history")
+def test_every_listed_commit_is_result_neutral(tmp_path):
+    listed: dict[str, list[str]] = {}
+    for task, revs in neutral_revs(NEUTRAL_REVS).items():
+        for rev in revs:
+            listed.setdefault(rev, []).append(task)
+    assert listed, f"{NEUTRAL_REVS} lists nothing"
+    cache: dict = {}
+    problems = []
+    try:
+        for rev, tasks in sorted(listed.items()):
+            problems += check(rev, sorted(tasks), tmp_path, cache)
+    finally:
+        subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=False)
+    assert not problems, "\n".join(problems)
