@@ -223,6 +223,13 @@ def _run(tmp: Path, *args: str, launcher: str = "slurm", timeout: int = 600) -> 
     )
 
 
+def _job_logs(tmp: Path) -> str:
+    """Every SLURM job log (submitit's <job>_<task>_log.out / .err) the sweep under `tmp` wrote."""
+    logs = sorted(tmp.rglob("*_log.*"))
+    assert logs, f"no job logs under {tmp}"
+    return "".join(p.read_text(errors="replace") for p in logs)
+
+
 def _records(tmp: Path) -> dict[str, dict]:
     return {r["run_id"]: r for r in map(_read, (tmp / "results").rglob("record.json"))}
 
@@ -375,14 +382,17 @@ def test_a_one_minute_time_limit_finishes_by_itself(cluster, tmp_path, uninterru
     assert steps == sorted(steps) and len(set(steps)) == len(steps)  # each allocation trained
     print(f"time-limit run: {len(lines)} allocations, stops at steps {steps}")
     _same_run(run, uninterrupted(), stops=steps[:-1])
+    # one stop path: Lightning's SLURM auto-requeue is off, not silently blocked
+    logs = _job_logs(tmp_path)
+    assert "auto-requeueing enabled" not in logs and "stopped at step" in logs
 
 
 @pytest.mark.slow
 def test_a_two_task_job_under_a_time_limit_finishes_by_itself(cluster, tmp_path):
-    """DDP (two tasks) under a 1-minute limit: rank 0 requeues the job at the stop time, the tasks stop at
-    one step with a checkpoint, the next allocation resumes there, until finished. Up to the resume the
-    curves are the uninterrupted run's; after it they may differ within seed noise, as every rank takes
-    rank 0's random state from the checkpoint (docs/reliability.md)."""
+    """DDP (two tasks) under a 1-minute limit: the ranks agree on one step boundary to stop at before the
+    limit, checkpoint there, and the job is requeued; the next allocation resumes there, until finished.
+    Up to the resume the curves are the uninterrupted run's; after it they may differ within seed noise, as
+    every rank takes rank 0's random state from the checkpoint (docs/reliability.md)."""
     common = [*TINY, "trainer.devices=2", "train.max_tokens=512", "train.max_steps=2500"]
     common.append("trainer.progress_bar=false")
     p = _run(tmp_path / "limit", *common, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=20")
@@ -393,7 +403,8 @@ def test_a_two_task_job_under_a_time_limit_finishes_by_itself(cluster, tmp_path)
     assert run["status"] == "finished" and run["steps"] == plain["steps"] == 2500
     lines = [json.loads(x) for x in (Path(run["_dir"]) / requeue.ALLOCATIONS).read_text().splitlines()]
     assert len(lines) >= 2 and lines[-1]["status"] == "finished", lines
-    assert all("requeued; resumes from the checkpoint of step" in x["reason"] for x in lines[:-1]), lines
+    assert all(x["status"] == "timed_out" and "requeued" in x["reason"] for x in lines[:-1]), lines
+    assert "auto-requeueing enabled" not in _job_logs(tmp_path / "limit")
     first_stop = lines[0]["step"]
     upto = [r for r in _curves(run) if r["step"] <= first_stop]
     assert upto == [r for r in _curves(plain) if r["step"] <= first_stop] and len(upto) > 10

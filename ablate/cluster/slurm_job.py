@@ -1,7 +1,8 @@
 """A run inside a SLURM job: the warning before the time limit, and what follows a stop on a signal.
 
-Training stops only at an optimizer-step boundary, with a checkpoint (callbacks.Preemption: SIGTERM and
-SIGUSR1). Here, for the job as a whole:
+Training stops only at an optimizer-step boundary that every rank agrees on, with a checkpoint
+(ablate.training.stop, the one owner of the stop: SIGTERM, SIGUSR1 and the timed stop below). Here, for
+the job as a whole:
 
 - the warning signal (`--signal=USR2@S`, hydra/launcher=slurm sends it with S = signal_delay_s) asks for
   the stop S seconds before the job's end time. SLURM may deliver it up to a minute early (its timer
@@ -15,11 +16,11 @@ SIGUSR1). Here, for the job as a whole:
 - an allocation that ended without a training step is not requeued (a time limit too short to train):
   the record says `timed_out` with the reason, and resubmitting the sweep resumes the run.
 
-A job of several tasks (DDP) cannot take the timed stop safely: each rank would stop at the step boundary
-where its own timer lands, and ranks that stop at different steps wait for each other for ever. There,
-global rank 0 alone requeues the job at the stop time, and SLURM ends the tasks and starts the job again:
-the run resumes from its newest periodic checkpoint (train.checkpoint_every), losing the steps since it,
-and an allocation that wrote no checkpoint is not requeued.
+A job of several tasks (DDP) takes the same path: whichever rank's timer fires first asks for the stop,
+and all ranks stop together at the next step boundary (ablate.training.stop).
+
+submitit's own handler of the warning signal (it requeues the job at once, mid-step) is replaced by
+`Job.install` as the job starts, before anything else runs.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import time
 from pathlib import Path
 
 from ablate.records import folder, status, store
+from ablate.training import stop
 
 DELAY_ENV = "ABLATE_SLURM_SIGNAL_DELAY_S"  # S of --signal=USR2@S, exported by hydra/launcher=slurm
 ALLOCATIONS = "allocations.jsonl"
@@ -68,61 +70,25 @@ class Job:
         self.started = folder.now()
         self.warned: str | None = None
         self.installed = False
-        self.ranks = int(os.environ.get("SLURM_NTASKS") or 1)
-        self.run_dir: Path | None = None
-        self.start_step: int | None = None  # the newest checkpoint's step when this allocation began
-        self.requeued: str | None = None  # a multi-task job's requeue at the time limit (its reason)
 
     def install(self) -> None:
+        """Take the job's signals: the warning times the stop; SIGTERM and SIGUSR1 ask for it (training's
+        stop owner, installed now so that a signal before training starts is not lost)."""
         if self.id is None or self.installed:
             return
         self.installed = True
-        signal.signal(signal.SIGUSR2, self._warning)  # replaces submitit's (which exits mid-step)
-        signal.signal(signal.SIGUSR1, lambda *_: None)  # until training's own handler (Preemption) is set
-        signal.signal(signal.SIGALRM, _request_stop)
-
-    def watch(self, run_dir: Path) -> None:
-        """The run this job trains, and how far its checkpoints reached when the allocation began."""
-        self.run_dir, self.start_step = run_dir, folder.checkpoint_step(run_dir / "checkpoints")
+        signal.signal(signal.SIGUSR2, self._warning)  # replaces submitit's, which requeues mid-step
+        signal.signal(signal.SIGALRM, lambda *_: stop.request("time limit"))
+        stop.install()
 
     def _warning(self, signum: int, _frame) -> None:
-        """Time the stop: S seconds before the job's end (now, if that has passed or is unknown); then ask
-        for it each second until training takes it (before training starts, nothing listens yet). With
-        several tasks, rank 0 requeues the job at that time instead (see the module's docstring)."""
+        """Time the stop: S seconds before the job's end (now, if that has passed or is unknown)."""
         self.warned = signal.Signals(signum).name
-        if self.ranks > 1 and global_rank() != 0:
-            return
         delay = float(os.environ.get(DELAY_ENV) or 0)
         end = _epoch(show_job(self.id).get("EndTime", ""))
         wait = max(0.01, end - delay - time.time()) if end else 0.01
-        if self.ranks > 1:
-            signal.signal(signal.SIGALRM, lambda *_: self._requeue_from_checkpoint())
-            signal.setitimer(signal.ITIMER_REAL, wait)
-            print(f"[ablate] SLURM {self.warned}: requeueing the job in {wait:.0f} s", flush=True)
-            return
-        signal.setitimer(signal.ITIMER_REAL, wait, 1.0)
+        signal.setitimer(signal.ITIMER_REAL, wait)
         print(f"[ablate] SLURM {self.warned}: stopping at a checkpoint in {wait:.0f} s", flush=True)
-
-    def _requeue_from_checkpoint(self) -> None:
-        """Rank 0 of a multi-task job, at the stop time: requeue, where this allocation wrote a checkpoint.
-        The record says so once training has stopped (after_stop)."""
-        if self.run_dir is None:
-            return
-        step = folder.checkpoint_step(self.run_dir / "checkpoints")
-        reason = self.requeued = self._requeue_reason(step)
-        _append(self.run_dir / ALLOCATIONS, self._line(step, "timed_out", reason))
-        print(f"[ablate] timed_out: {reason}", flush=True)
-
-    def _requeue_reason(self, step: int | None) -> str:
-        if step is None or (self.start_step is not None and step <= self.start_step):
-            return (
-                "no checkpoint written in this allocation: not requeued; lengthen hydra.launcher.timeout_min "
-                "or lower train.checkpoint_every, and resubmit the sweep to resume"
-            )
-        done = subprocess.run(["scontrol", "requeue", self.id], capture_output=True, text=True, timeout=60)
-        if done.returncode:
-            return f"time limit: requeue failed ({done.stderr.strip()[:200]}): resubmit the sweep to resume"
-        return f"time limit: job {self.id} requeued; resumes from the checkpoint of step {step}"
 
     def after_stop(self, run_dir: Path, step: int | None) -> None:
         """Training stopped at a checkpoint of `step` on a signal: rank 0 decides the record's status.
@@ -135,11 +101,8 @@ class Job:
             reason = f"stopped by a signal at step {step}; the same command resumes it from its checkpoint"
             status.settle(rec_path, "interrupt", reason, stopped_at_step=step)
             return
-        if self.requeued:  # rank 0 requeued the job already; its tasks stopped together at a checkpoint
-            name, reason = "time_out", f"{self.requeued}; stopped at step {step} with a checkpoint"
-        else:
-            name, reason = self._decide(step, _last_step(run_dir / ALLOCATIONS))
-            _append(run_dir / ALLOCATIONS, self._line(step, status.TRANSITIONS[name][1], reason))
+        name, reason = self._decide(step, _last_step(run_dir / ALLOCATIONS))
+        _append(run_dir / ALLOCATIONS, self._line(step, status.TRANSITIONS[name][1], reason))
         if rec := status.settle(rec_path, name, reason, stopped_at_step=step, slurm_job=self.id):
             print(f"[ablate] {rec['run_id']}: {rec['status']}: {reason}", flush=True)
 
@@ -194,14 +157,6 @@ def job() -> Job:
     if _JOB is None:
         _JOB = Job()
     return _JOB
-
-
-def _request_stop(_signum: int, frame) -> None:
-    """SIGALRM (the timed stop): hand the request to whatever SIGUSR1 means now (training: stop at the
-    next step boundary with a checkpoint)."""
-    handler = signal.getsignal(signal.SIGUSR1)
-    if callable(handler):
-        handler(signal.SIGUSR1, frame)
 
 
 def _epoch(stamp: str) -> float | None:

@@ -41,7 +41,6 @@ def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:
         cfg.trainer.threads = int(os.environ["SLURM_CPUS_PER_TASK"])  # the CPUs SLURM gave, not the node's
     if job.id and cfg.trainer.threads:  # else Lightning's DDP sets cores // local ranks over trainer.threads
         os.environ.setdefault("OMP_NUM_THREADS", str(cfg.trainer.threads))
-    job.watch(identity.run_dir(cfg))
     try:
         rec = _train(cfg, jobs_per_device)
     except Preempted as stop:  # stopped at a checkpoint on a signal: the job decides what follows

@@ -4,8 +4,6 @@ the trainer (stop, checkpoint) or its own files; the LightningModule reads `Budg
 from __future__ import annotations
 
 import json
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -97,33 +95,6 @@ class Preempted(SystemExit):
         self.step = step
         print(f"[ablate] stopped at step {step}: checkpoint {checkpoint}", flush=True)
         super().__init__(self.CODE)
-
-
-class Preemption(Callback):
-    """On SIGTERM or SIGUSR1, finish the optimizer step in progress, write last.ckpt, then stop.
-
-    Lightning notices SIGTERM itself but stops after the current micro-batch, which may sit in the middle
-    of a gradient-accumulation step; here the stop waits for the step boundary so that the checkpoint is a
-    consistent state and the resumed run repeats nothing."""
-
-    def __init__(self, last: Path):
-        self.last, self.requested = last, False
-
-    def setup(self, trainer, module, stage):
-        if stage == "fit" and threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGUSR1, self._request)  # SIGTERM: Lightning's own handler sets the flag
-
-    def _request(self, signum, frame):
-        self.requested = True
-
-    def on_train_batch_end(self, trainer, module, outputs, batch, batch_idx):
-        if trainer.received_sigterm:
-            self.requested = True  # hold Lightning's stop until the step boundary
-            trainer._signal_connector.received_sigterm = False
-        mb, _ = batch
-        if self.requested and mb.micro == module.accumulate - 1:
-            trainer.save_checkpoint(self.last)
-            trainer._signal_connector.received_sigterm = True  # Lightning raises SIGTERMException next
 
 
 class Budget(Callback):

@@ -40,13 +40,13 @@ from ablate.training.callbacks import (
     Budget,
     Curves,
     Preempted,
-    Preemption,
     StepProgress,
     TimeLimit,
     TrainClock,
 )
 from ablate.training.hardware import assigned_devices, device_name, keep_freed_memory, resolve_precision
 from ablate.training.module import TranslationModule
+from ablate.training.stop import StopAtStep, slurm_environment
 
 
 class CheckpointError(ValueError):
@@ -222,7 +222,7 @@ def _callbacks(cfg: RunConfig, out: Path, clock: TrainClock, budget: Budget | No
     )
     callbacks = [
         ckpt,
-        Preemption(ckpt_dir / "last.ckpt"),
+        StopAtStep(ckpt_dir / "last.ckpt"),
         clock,
         Curves(out / "curves.jsonl", clock),
         TimeLimit(cfg.train.max_minutes, clock),
@@ -262,7 +262,7 @@ def _trainer(cfg: RunConfig, out: Path, logger, callbacks: list[Callback]) -> pl
         num_nodes=t.num_nodes,
         precision=resolve_precision(t.precision, t.accelerator),
         strategy=strategy,
-        plugins=[AtomicCheckpointIO()],
+        plugins=[AtomicCheckpointIO(), *filter(None, [slurm_environment()])],
         max_steps=total_steps(cfg),
         accumulate_grad_batches=accumulate,
         val_check_interval=cfg.train.val_every * accumulate,
