@@ -48,7 +48,10 @@ def ablate(args, *overrides: str, multirun: bool = False) -> list[str]:
 
 
 def records(folder: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(folder.rglob("record.json")) if "wandb" not in p.parts]
+    """Every record under `folder`, with the figures of evaluations after training beside it."""
+    from ablate.records.store import find_records
+
+    return find_records(folder)[0]
 
 
 def part_tests(args) -> dict:

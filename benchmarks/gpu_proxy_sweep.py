@@ -28,6 +28,8 @@ from pathlib import Path
 
 import sacrebleu
 
+from ablate.records.store import with_evaluations
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -53,7 +55,7 @@ def summarize(name: str, overrides: str, a, wall: float) -> dict:
     if not recs:
         return {"trial": name, "overrides": overrides, "status": "no record"}
     run = recs[0].parent
-    r = json.loads(recs[0].read_text())
+    r = with_evaluations(json.loads(recs[0].read_text()), run)  # test figures: evaluations.json
     m = r["metrics"]
     out = dict(trial=name, overrides=overrides, status=r["status"], steps=r["steps"], params=r["params"])
     out.update(

@@ -13,19 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from ablate.cluster import gpu_pool as devices
+from ablate.cluster import gpu_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ids_are_held_exclusively_and_given_back(tmp_path):
-    with devices.acquire([3, 5], 1, tmp_path) as a, devices.acquire([3, 5], 1, tmp_path) as b:
+    with gpu_pool.acquire([3, 5], 1, tmp_path) as a, gpu_pool.acquire([3, 5], 1, tmp_path) as b:
         assert sorted(a + b) == [3, 5]  # two jobs at once: one id each, never the same
-        assert devices.child_env(a)["CUDA_VISIBLE_DEVICES"] == str(a[0])
-    with devices.acquire([3, 5], 2, tmp_path) as both:  # both free again once the jobs ended
+        assert gpu_pool.child_env(a)["CUDA_VISIBLE_DEVICES"] == str(a[0])
+    with gpu_pool.acquire([3, 5], 2, tmp_path) as both:  # both free again once the jobs ended
         assert both == [3, 5]
     with pytest.raises(ValueError, match="trainer.devices=3"):
-        with devices.acquire([3, 5], 3, tmp_path):
+        with gpu_pool.acquire([3, 5], 3, tmp_path):
             pass
 
 
@@ -33,10 +33,10 @@ def test_a_job_waits_for_a_free_id(tmp_path):
     order = []
 
     def second():
-        with devices.acquire([0], 1, tmp_path, poll_s=0.02):
+        with gpu_pool.acquire([0], 1, tmp_path, poll_s=0.02):
             order.append(("second", time.monotonic()))
 
-    with devices.acquire([0], 1, tmp_path):
+    with gpu_pool.acquire([0], 1, tmp_path):
         t = threading.Thread(target=second)
         t.start()
         time.sleep(0.3)
@@ -50,12 +50,12 @@ def test_k_jobs_share_one_id_and_the_next_waits(tmp_path):
     got = []
 
     def third():
-        with devices.acquire([3], 1, tmp_path, poll_s=0.02, per_device=2) as c:
+        with gpu_pool.acquire([3], 1, tmp_path, poll_s=0.02, per_device=2) as c:
             got.append(("third", c, time.monotonic()))
 
     with (
-        devices.acquire([3], 1, tmp_path, per_device=2) as a,
-        devices.acquire([3], 1, tmp_path, per_device=2) as b,
+        gpu_pool.acquire([3], 1, tmp_path, per_device=2) as a,
+        gpu_pool.acquire([3], 1, tmp_path, per_device=2) as b,
     ):
         assert a == b == [3]
         t = threading.Thread(target=third)
@@ -66,21 +66,21 @@ def test_k_jobs_share_one_id_and_the_next_waits(tmp_path):
     t.join(5)
     assert got and got[0][1] == [3] and got[0][2] >= released
     with pytest.raises(ValueError, match="jobs_per_device=0"):
-        with devices.acquire([3], 1, tmp_path, per_device=0):
+        with gpu_pool.acquire([3], 1, tmp_path, per_device=0):
             pass
 
 
 def test_each_process_of_a_shared_device_is_held_to_its_share(monkeypatch):
-    assert devices.MEMORY_ENV not in devices.child_env([2], 1)
-    env = devices.child_env([2, 6], 4)
-    assert env["CUDA_VISIBLE_DEVICES"] == "2,6" and float(env[devices.MEMORY_ENV]) == 0.25
+    assert gpu_pool.MEMORY_ENV not in gpu_pool.child_env([2], 1)
+    env = gpu_pool.child_env([2, 6], 4)
+    assert env["CUDA_VISIBLE_DEVICES"] == "2,6" and float(env[gpu_pool.MEMORY_ENV]) == 0.25
     import torch
 
     calls = []
-    monkeypatch.setenv(devices.MEMORY_ENV, env[devices.MEMORY_ENV])
+    monkeypatch.setenv(gpu_pool.MEMORY_ENV, env[gpu_pool.MEMORY_ENV])
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: calls.append((f, d)))
-    devices.bound_memory()
+    gpu_pool.bound_memory()
     assert calls == [(0.25, 0), (0.25, 1)]
 
 

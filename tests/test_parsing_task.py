@@ -250,7 +250,11 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
     evaluate = [sys.executable, "-m", "ablate.evaluate", str(run), "--split", "test"]
     q = subprocess.run(evaluate, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert q.returncode == 0, q.stderr[-3000:]
-    m = json.loads(records[0].read_text())["metrics"]
+    from ablate.records.store import find_records
+
+    (read,), _ = find_records(tmp_path / "results")  # the record with evaluate's figures beside it
+    m = read["metrics"]
+    assert "test_f1" not in json.loads(records[0].read_text())["metrics"]
     assert 0.0 <= m["test_f1"] <= 100.0 and m["test_n"] == rec["data"]["splits"]["test"]["pairs"]
     assert m["test_n_over_200_brackets"] == 0 and "test_n_error" in m
     from ablate.data.treebank.corpus import gold_trees, read_trees

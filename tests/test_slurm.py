@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.cluster import slurm_job as requeue
-from ablate.cluster import slurm_request as slurm
+from ablate.cluster import slurm_job, slurm_request
 from ablate.jobs.sweep import summary
 from ablate.records.status import TRANSITIONS
 
@@ -37,12 +36,12 @@ cpu*|c2|32|128000|(null)|infinite
 
 
 def test_sinfo_is_read_into_partitions():
-    parts = slurm.parse_sinfo(SINFO)
+    parts = slurm_request.parse_sinfo(SINFO)
     assert set(parts) == {"gpu", "cpu"} and parts["cpu"].default and not parts["gpu"].default
     assert parts["gpu"].max_minutes == 2 * 24 * 60 and parts["cpu"].max_minutes is None
     assert [(n.cpus, n.gpus, n.mem_mb) for n in parts["gpu"].nodes] == [(64, 8, 512000)] * 2
-    assert slurm.gpus_in("gpu:2,shard:4") == 2 and slurm.gpus_in("(null)") == 0
-    assert slurm.parse_minutes("30:00") == 30 and slurm.parse_minutes("1:00:00") == 60
+    assert slurm_request.gpus_in("gpu:2,shard:4") == 2 and slurm_request.gpus_in("(null)") == 0
+    assert slurm_request.parse_minutes("30:00") == 30 and slurm_request.parse_minutes("1:00:00") == 60
 
 
 @pytest.mark.parametrize(
@@ -57,8 +56,8 @@ def test_sinfo_is_read_into_partitions():
     ],
 )
 def test_the_request_follows_the_trainer(trainer, part, gpus, tasks, cpus):
-    p = slurm.parse_sinfo(SINFO)[part]
-    req = slurm.resolve({"timeout_min": 60}, {"num_nodes": 1, **trainer}, p)
+    p = slurm_request.parse_sinfo(SINFO)[part]
+    req = slurm_request.resolve({"timeout_min": 60}, {"num_nodes": 1, **trainer}, p)
     assert (req.gpus_per_node, req.tasks_per_node, req.cpus_per_task, req.nodes) == (gpus, tasks, cpus, 1)
 
 
@@ -73,18 +72,18 @@ def test_the_request_follows_the_trainer(trainer, part, gpus, tasks, cpus):
     ],
 )
 def test_a_request_no_node_can_hold_is_refused_naming_the_key(launcher, trainer, part, message):
-    p = slurm.parse_sinfo(SINFO)[part]
+    p = slurm_request.parse_sinfo(SINFO)[part]
     t = {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "threads": 1, **trainer}
-    req = slurm.resolve({"timeout_min": 60, **launcher}, t, p)
-    with pytest.raises(slurm.SlurmError, match=message):
-        slurm.check(req, p)
+    req = slurm_request.resolve({"timeout_min": 60, **launcher}, t, p)
+    with pytest.raises(slurm_request.SlurmError, match=message):
+        slurm_request.check(req, p)
 
 
 def test_partition_by_name_or_default():
-    parts = slurm.parse_sinfo(SINFO)
-    assert slurm.pick_partition(parts, None).name == "cpu"
-    with pytest.raises(slurm.SlurmError, match="partition=big: no such partition .*gpu, cpu"):
-        slurm.pick_partition(parts, "big")
+    parts = slurm_request.parse_sinfo(SINFO)
+    assert slurm_request.pick_partition(parts, None).name == "cpu"
+    with pytest.raises(slurm_request.SlurmError, match="partition=big: no such partition .*gpu, cpu"):
+        slurm_request.pick_partition(parts, "big")
 
 
 def test_multi_node_request_becomes_the_sbatch_script(tmp_path, monkeypatch):
@@ -95,11 +94,11 @@ def test_multi_node_request_becomes_the_sbatch_script(tmp_path, monkeypatch):
     monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1))
     from hydra_plugins.ablate_slurm.slurm_launcher import AblateSlurmLauncher
 
-    p = slurm.parse_sinfo(SINFO)["gpu"]
+    p = slurm_request.parse_sinfo(SINFO)["gpu"]
     trainer = {"accelerator": "gpu", "devices": 4, "num_nodes": 2, "threads": None}
     launcher = AblateSlurmLauncher(timeout_min=600, signal_delay_s=90, name="ablate", array_parallelism=8)
-    req = slurm.resolve(launcher.params, trainer, p)
-    slurm.check(req, p)
+    req = slurm_request.resolve(launcher.params, trainer, p)
+    slurm_request.check(req, p)
     ex = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
     ex.update_parameters(**launcher._sbatch(req))
     script = ex._executor._make_submission_file_text("python -m x", "%j")
@@ -112,7 +111,7 @@ def test_multi_node_request_becomes_the_sbatch_script(tmp_path, monkeypatch):
         "#SBATCH --time=600",
         "#SBATCH --signal=USR2@90",
         "#SBATCH --requeue",
-        f"export {requeue.DELAY_ENV}=90",
+        f"export {slurm_job.DELAY_ENV}=90",
     ):
         assert line in script, line
 
@@ -136,8 +135,8 @@ def job(monkeypatch):
         calls.append(cmd)
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
-    monkeypatch.setattr(requeue.subprocess, "run", run)
-    j = requeue.Job()
+    monkeypatch.setattr(slurm_job.subprocess, "run", run)
+    j = slurm_job.Job()
     return j, calls
 
 
@@ -158,7 +157,7 @@ def test_a_stopped_job_is_requeued_left_or_cancelled(
 ):
     j, calls = job
     j.warned = warned
-    monkeypatch.setattr(requeue, "show_job", lambda jid: answer)
+    monkeypatch.setattr(slurm_job, "show_job", lambda jid: answer)
     name, reason = j._decide(step=50, last=last)
     assert TRANSITIONS[name][1] == status, reason
     assert (["scontrol", "requeue", "41"] in calls) == requeued
@@ -170,7 +169,7 @@ def test_array_members_are_requeued_by_their_own_id(monkeypatch):
     monkeypatch.setenv("SLURM_JOB_ID", "57")
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "55")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "2")
-    assert requeue.job_id() == "55_2"
+    assert slurm_job.job_id() == "55_2"
 
 
 def test_a_missing_submitit_is_named_in_one_line(tmp_path):
@@ -362,7 +361,7 @@ def test_scontrol_requeue_mid_run_ends_with_the_uninterrupted_metrics(cluster, t
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err[-3000:]
     run = _only(tmp_path)
-    lines = [json.loads(x) for x in (Path(run["_dir"]) / requeue.ALLOCATIONS).read_text().splitlines()]
+    lines = [json.loads(x) for x in (Path(run["_dir"]) / slurm_job.ALLOCATIONS).read_text().splitlines()]
     assert [x["status"] for x in lines] == ["preempted", "finished"], lines
     assert "SLURM requeues job" in lines[0]["reason"] and lines[0]["step"] >= 400
     _same_run(run, uninterrupted(), stops=[lines[0]["step"]])
@@ -375,7 +374,7 @@ def test_a_one_minute_time_limit_finishes_by_itself(cluster, tmp_path, uninterru
     p = _run(tmp_path, *LONG, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=20")
     assert p.returncode == 0, p.stderr[-3000:]
     run = _only(tmp_path)
-    lines = [json.loads(x) for x in (Path(run["_dir"]) / requeue.ALLOCATIONS).read_text().splitlines()]
+    lines = [json.loads(x) for x in (Path(run["_dir"]) / slurm_job.ALLOCATIONS).read_text().splitlines()]
     assert len(lines) >= 2 and lines[-1]["status"] == "finished", lines
     assert all(x["status"] == "timed_out" and "requeued" in x["reason"] for x in lines[:-1]), lines
     steps = [x["step"] for x in lines]
@@ -401,7 +400,7 @@ def test_a_two_task_job_under_a_time_limit_finishes_by_itself(cluster, tmp_path)
     assert q.returncode == 0, q.stderr[-3000:]
     run, plain = _only(tmp_path / "limit"), _only(tmp_path / "plain")
     assert run["status"] == "finished" and run["steps"] == plain["steps"] == 2500
-    lines = [json.loads(x) for x in (Path(run["_dir"]) / requeue.ALLOCATIONS).read_text().splitlines()]
+    lines = [json.loads(x) for x in (Path(run["_dir"]) / slurm_job.ALLOCATIONS).read_text().splitlines()]
     assert len(lines) >= 2 and lines[-1]["status"] == "finished", lines
     assert all(x["status"] == "timed_out" and "requeued" in x["reason"] for x in lines[:-1]), lines
     assert "auto-requeueing enabled" not in _job_logs(tmp_path / "limit")
