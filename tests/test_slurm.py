@@ -120,6 +120,10 @@ def test_the_sweep_line_names_what_did_not_finish():
     line, ok = summary([{"run_id": "a", "status": "finished"}, {"run_id": "b", "status": "cancelled"}, None])
     assert not ok and line == "sweep of 3 runs: 1 finished, 1 cancelled (b), 1 failed (?)"
     assert summary([{"run_id": "a", "status": "finished"}]) == ("sweep of 1 run: 1 finished", True)
+    skipped = {"run_id": "b", "status": "finished", "skipped": True}
+    assert summary([skipped, skipped]) == ("sweep of 2 runs: 2 already finished", True)
+    line, ok = summary([{"run_id": "a", "status": "finished"}, skipped])
+    assert ok and line == "sweep of 2 runs: 1 finished, 1 already finished"
 
 
 # -- what a job does after a stop on a signal (SLURM's answers written by hand) --------------------------
@@ -407,6 +411,29 @@ def test_a_two_task_job_under_a_time_limit_finishes_by_itself(cluster, tmp_path)
     first_stop = lines[0]["step"]
     upto = [r for r in _curves(run) if r["step"] <= first_stop]
     assert upto == [r for r in _curves(plain) if r["step"] <= first_stop] and len(upto) > 10
+
+
+def _jobs_in_sacct() -> int:
+    p = subprocess.run(["sacct", "-X", "-n", "-a", "-S", "2020-01-01", "-o", "JobID"], capture_output=True,
+                       text=True, timeout=60)  # fmt: skip
+    return len([x for x in p.stdout.split() if x.strip()])
+
+
+@pytest.mark.slow
+def test_a_finished_sweep_run_again_submits_nothing(cluster, tmp_path):
+    """Re-running a finished 2-row sweep submits no SLURM job (sacct counts none new) and says so; a sweep
+    with one finished and one new member submits one."""
+    p = _run(tmp_path, "model=base,A1", *TINY)
+    assert p.returncode == 0, p.stderr[-3000:]
+    before = _jobs_in_sacct()
+    p = _run(tmp_path, "model=base,A1", *TINY)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "[ablate] sweep of 2 runs: 2 already finished" in p.stdout and "SLURM job" not in p.stdout
+    assert _jobs_in_sacct() == before
+    p = _run(tmp_path, "model=base,A2", *TINY)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "[ablate] sweep of 2 runs: 1 finished, 1 already finished" in p.stdout
+    assert p.stdout.count("SLURM job") == 1 and _jobs_in_sacct() == before + 1
 
 
 @pytest.mark.slow

@@ -251,3 +251,28 @@ def test_group_sweep_end_to_end(tmp_path):
     assert sorted(r["row"] for r in recs) == ["B1", "B2"]
     assert all(r["status"] == "finished" for r in recs)
     assert {r["config"]["model"]["d_k"] for r in recs} == {16, 32}
+
+
+@pytest.mark.parametrize("launcher", ["basic", "joblib_cpu"])
+def test_a_finished_sweep_run_again_starts_nothing(tmp_path, launcher):
+    """The sweeper skips a member whose run is finished before any launcher sees it: no job, no process;
+    the closing line counts it as already finished. A new member beside it is the only one launched."""
+    env = dict(os.environ, WANDB_MODE="offline")
+    args = ["recipe=tiny", "scale=tiny", "trainer=cpu", "trainer.threads=1", "logger=none",
+            "trainer.progress_bar=false", f"hydra/launcher={launcher}", f"results_dir={tmp_path}/results",
+            f"data.cache_dir={tmp_path}/cache"]  # fmt: skip
+
+    def sweep(rows: str) -> subprocess.CompletedProcess:
+        cmd = [sys.executable, "-m", "ablate.run", "-m", f"model={rows}", *args]
+        return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+    assert sweep("base,A1").returncode == 0
+    written = {p: p.read_bytes() for p in (tmp_path / "results").rglob("record.json")}
+    p = sweep("base,A1")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "[ablate] sweep of 2 runs: 2 already finished" in p.stdout
+    assert "launching 0 jobs" in (p.stdout + p.stderr).lower() and "already finished:" not in p.stdout
+    p = sweep("A1,A2")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "[ablate] sweep of 2 runs: 1 finished, 1 already finished" in p.stdout
+    assert all(path.read_bytes() == data for path, data in written.items())

@@ -79,13 +79,18 @@ def outcome(run_id: str, status: str, reason: str | None = None, **metrics: Any)
 
 
 def summary(outcomes: Iterable[dict[str, Any] | None]) -> tuple[str, bool]:
-    """('sweep of 4 runs: 2 finished, 1 failed (A1-...-s1), 1 cancelled (base-...-s1)', all finished?)."""
+    """('sweep of 4 runs: 2 finished, 1 failed (A1-...-s1), 1 cancelled (base-...-s1)', all finished?); a
+    member finished before the sweep (`skipped`) counts as 'already finished'."""
     by: dict[str, list[str]] = {}
-    n = 0
+    n = skipped = 0
     for o in outcomes:
         n += 1
         o = o or {"run_id": "?", "status": "failed"}
+        if o.get("skipped"):  # finished before this sweep: no job was started for it
+            skipped += 1
+            continue
         by.setdefault(str(o.get("status") or "failed"), []).append(str(o.get("run_id") or "?"))
     parts = [f"{len(by.pop(FINISHED))} finished"] if FINISHED in by else []
+    parts += [f"{skipped} already finished"] if skipped else []
     parts += [f"{len(ids)} {st.replace('_', ' ')} ({', '.join(ids)})" for st, ids in sorted(by.items())]
     return f"sweep of {n} run{'s' if n != 1 else ''}: {', '.join(parts) or 'nothing run'}", not by

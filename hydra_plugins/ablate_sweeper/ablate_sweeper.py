@@ -37,7 +37,7 @@ from hydra.core.override_parser.types import Override, ValueType
 from hydra.errors import ConfigCompositionException
 from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
 from hydra.plugins.search_path_plugin import SearchPathPlugin
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.config.rows import TABLE3_ROWS, group_order, ordered, resolve_row, row_order
 
@@ -173,6 +173,7 @@ class AblateSweeper(BasicSweeper):
         super().__init__(max_batch_size=max_batch_size, params=params)
         self._rows: dict[str, str] | None = None
         self._rejected: list[dict[str, Any]] = []  # jobs whose config does not compose: outcomes
+        self._skipped: list[dict[str, Any]] = []  # jobs whose run is finished already: outcomes
 
     def get_job_batch(self) -> Sequence[Sequence[str]]:
         """The next batch, less the jobs whose config does not compose (a row file with a YAML error or a
@@ -183,7 +184,10 @@ class AblateSweeper(BasicSweeper):
         batch = []
         for overrides in super().get_job_batch():
             try:
-                loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+                dcfg = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+                if done := self._finished(dcfg, list(overrides)):
+                    self._skipped.append(done)
+                    continue
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
                 from ablate.jobs import plan
 
@@ -197,6 +201,28 @@ class AblateSweeper(BasicSweeper):
                 continue
             batch.append(overrides)
         return batch
+
+    def _finished(self, dcfg: DictConfig, overrides: list[str]) -> dict[str, Any] | None:
+        """The outcome of a member whose run is finished already (the same command would skip it): no job,
+        no process is started for it. None for every other member, and under --plan (it lists them)."""
+        from ablate.jobs import plan
+
+        if plan.active():
+            return None
+        from ablate.jobs.sweep import member_config, outcome
+        from ablate.records import identity, store
+
+        launcher = self.config.hydra.runtime.choices.get("hydra/launcher")
+        with open_dict(dcfg):
+            del dcfg["hydra"]
+        cfg = member_config(dcfg, overrides, launcher)
+        path = identity.run_dir(cfg) / store.RECORD_NAME
+        if not cfg.resume or not path.is_file():
+            return None
+        rec = store.read_record(path)
+        if rec["status"] != "finished":
+            return None
+        return {**outcome(rec["run_id"], "finished", "already finished"), "skipped": True}
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Nothing more to check: get_job_batch composed every job of the batch and kept those that do."""
@@ -228,7 +254,8 @@ class AblateSweeper(BasicSweeper):
             if not runnable:
                 sys.exit(2)
             return returns
-        line, all_finished = summary([*(r.return_value for batch in returns for r in batch), *self._rejected])
+        ran = [r.return_value for batch in returns for r in batch]
+        line, all_finished = summary([*self._skipped, *ran, *self._rejected])
         print(f"[ablate] {line}", file=sys.stderr if not all_finished else sys.stdout, flush=True)
         if not all_finished:
             sys.exit(1)
