@@ -50,6 +50,7 @@ def runs(task: str, path: str) -> bool:
     return not path.startswith(tuple(others))
 
 
+@functools.cache  # once a process: the code a process runs is the code it loaded
 def code_hash(task: str) -> str:
     """One hash of the bytes of every file a run of `task` may run, as they are now."""
     h = hashlib.sha256()
@@ -108,7 +109,7 @@ def _uncommitted_now(task: str) -> tuple[str, ...]:
 def _changes(rev: str, task: str) -> list[str] | None:
     """The commits since `rev` that changed `task`'s code and are not listed as neutral for it, each as
     '<short sha> (<files>)'; None where `rev` is not in this repository's history."""
-    if _git("merge-base", "--is-ancestor", rev, "HEAD", check=True) is None:
+    if _git("merge-base", "--is-ancestor", rev, "HEAD") is None:
         return None
     log = _git("log", "-M", "--name-status", "--format=%x00%H", f"{rev}..HEAD")
     neutral = neutral_revs().get(task, set())
@@ -141,7 +142,8 @@ def neutral_revs(path: Path = NEUTRAL_REVS) -> dict[str, set[str]]:
     return out
 
 
-def _git(*args: str, check: bool = False) -> str | None:
+def _git(*args: str) -> str | None:
+    """git's output in the repository, None where git is missing or says no."""
     try:
         done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
