@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ablate.records import folder, status, store
 from ablate.training import stop
+from ablate.training.hardware import global_rank
 
 DELAY_ENV = "ABLATE_SLURM_SIGNAL_DELAY_S"  # S of --signal=USR2@S, exported by hydra/launcher=slurm
 ALLOCATIONS = "allocations.jsonl"
@@ -45,10 +46,6 @@ def job_id() -> str | None:
     if "SLURM_ARRAY_JOB_ID" in os.environ and "SLURM_ARRAY_TASK_ID" in os.environ:
         return f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
     return os.environ.get("SLURM_JOB_ID")
-
-
-def global_rank() -> int:
-    return int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0")))
 
 
 def show_job(jid: str) -> dict[str, str]:

@@ -44,7 +44,13 @@ from ablate.training.callbacks import (
     TimeLimit,
     TrainClock,
 )
-from ablate.training.hardware import assigned_devices, device_name, keep_freed_memory, resolve_precision
+from ablate.training.hardware import (
+    assigned_devices,
+    device_name,
+    global_rank,
+    keep_freed_memory,
+    resolve_precision,
+)
 from ablate.training.module import TranslationModule
 from ablate.training.stop import StopAtStep, slurm_environment
 
@@ -57,7 +63,7 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
     """Build, fit, evaluate, record. One piece: the try block must hold every step after the record is
     written, so that any failure leaves the record `failed` with its reason."""
     _set_up_process(cfg)
-    out, rank0 = identity.run_dir(cfg), _is_rank0()
+    out, rank0 = identity.run_dir(cfg), global_rank() == 0
     out.mkdir(parents=True, exist_ok=True)
     rec_path = out / store.RECORD_NAME
     t_start = time.perf_counter()
@@ -133,10 +139,6 @@ def _set_up_process(cfg: RunConfig) -> None:
     if cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available():
         keep_freed_memory()
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
-
-
-def _is_rank0() -> bool:
-    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))) == 0
 
 
 def _data_facts(prepared: Prepared) -> dict:

@@ -79,3 +79,9 @@ def assigned_devices() -> list[int] | None:
     """The device ids hydra/launcher=gpus gave this job (its record keeps them), None outside it."""
     v = os.environ.get(ASSIGNED_ENV)
     return [int(x) for x in v.split(",")] if v else None
+
+
+def global_rank() -> int:
+    """This process's rank in its job: RANK where a job started its own workers (cluster.ddp sets it,
+    also inside a SLURM allocation, whose SLURM_PROCID the workers inherit), else SLURM's task id."""
+    return int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0")))
