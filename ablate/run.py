@@ -172,7 +172,7 @@ def main(dcfg: DictConfig) -> dict | None:
             raise KeyboardInterrupt from None
         raise
     except (ConfigError, ValueError, OSError) as e:
-        line = _os_error_line(e, cfg) if isinstance(e, OSError) else first_line(e)
+        line = _os_error_line(e, cfg) if isinstance(e, OSError) else _error_line(e)
         print(f"error: {line}", file=sys.stderr)
         if isinstance(e, OSError):
             _settle_running(cfg, line)
@@ -247,41 +247,29 @@ def row_file_problem(argv: list[str]) -> str | None:
 _HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc")
 
 
-def compose_problem(argv: list[str]) -> str | None:
-    """A single run whose overrides do not compose (a key the config does not have, a value of the wrong
-    type, a preset or experiment file that does not exist): the one line Hydra's several would say. None
-    where it composes, and for commands this does not cover (other config dirs, Hydra's own flags)."""
-    if any(
-        a.split("=", 1)[0] in (*_HYDRA_FLAGS, "--config-dir", "-cd", "--config-path", "-cp") for a in argv
-    ):
-        return None
-    overrides = [a for a in argv if not a.startswith("-")]
+def experiment_problem(argv: list[str]) -> str | None:
+    """`experiment=<name>` without its file: Hydra takes a missing optional group in silence."""
     conf = Path(__file__).resolve().parents[1] / "conf"
-    for o in overrides:
+    for o in argv:
         key, _, value = o.partition("=")
         if key == "experiment" and value and not (conf / "experiment" / f"{value}.yaml").is_file():
             names = sorted(p.stem for p in (conf / "experiment").glob("*.yaml"))
             return (
                 f"experiment={value}: no file conf/experiment/{value}.yaml (experiments: {', '.join(names)})"
             )
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from omegaconf import OmegaConf
-
-    register_configs()
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(str(conf), version_base="1.3"):
-            OmegaConf.to_container(compose("config", overrides=overrides), resolve=True)
-    except Exception as e:  # noqa: BLE001 - whatever keeps it from composing, Hydra would print it
-        return _composition_line(e)
-    finally:
-        GlobalHydra.instance().clear()
     return None
 
 
+def _error_line(e: BaseException) -> str:
+    """A run's refusal in one line; a config that does not resolve (OmegaConf's error) as Hydra's would."""
+    from omegaconf.errors import OmegaConfBaseException
+
+    return _composition_line(e) if isinstance(e, OmegaConfBaseException) else first_line(e)
+
+
 def _composition_line(e: BaseException) -> str:
-    """Hydra's message, the cause it names and the options it lists, in one line."""
+    """Hydra's message, the cause it names and the options it lists, in one line: what keeps a config
+    from composing (Hydra hands it over under HYDRA_FULL_ERROR instead of printing it in several lines)."""
     text = str(e).strip()
     first = text.splitlines()[0] if text else type(e).__name__
     if "Available options in" in text:
@@ -312,8 +300,10 @@ def entry(argv: list[str]) -> None:
             file=sys.stderr,
         )
         sys.exit(2)
-    if problem := results_dir_problem(argv) or (
-        None if multirun else row_file_problem(argv) or compose_problem(argv)
+    if (
+        problem := results_dir_problem(argv)
+        or experiment_problem(argv)
+        or (None if multirun else row_file_problem(argv))
     ):
         print(f"error: {problem}", file=sys.stderr)
         sys.exit(2)
@@ -324,11 +314,17 @@ def entry(argv: list[str]) -> None:
         os.environ[plan.ENV] = "1"
         argv, scratch = plan.planned_argv(argv)
     sys.argv = [sys.argv[0], *argv]
+    # Hydra composes each config once, and raises what keeps one from composing (its documented switch)
+    # instead of printing it in several lines: said here in one.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
     try:
         main()
     except KeyboardInterrupt:  # Ctrl-C: one line, not the tracebacks of every layer it passed through
         print(f"[ablate] stopped: {CTRL_C}", file=sys.stderr, flush=True)
         sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - main() answers for a run; what reaches here is Hydra's
+        print(f"error: {_composition_line(e)}", file=sys.stderr, flush=True)
+        sys.exit(2)
     finally:
         if scratch:
             import shutil

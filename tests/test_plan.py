@@ -179,26 +179,27 @@ COMPOSE = [
     (["modle=A1"], "Could not override 'modle': Key 'modle' not in 'RunConfig'"),
     (["seed=x"], "Error merging override seed=x: Value 'x' of type 'str' could not be converted to Integer"),
     (
-        ["trainer=gpux"],
-        "In 'config': Could not find 'trainer/gpux' (options: cpu, cpu_bf16, default, gpu, gpu_bf16)",
+        ["hydra/launcher=nope"],
+        "In 'hydra/config': Could not find 'hydra/launcher/nope' (options: ablate_gpus, ablate_slurm, ",
     ),
     (
         ["model=B"],
         "model=B is a Table 3 group (B1 B2), not a row: run its rows with `-m model=B`, or name one row",
     ),
     (["experiment=nope"], "experiment=nope: no file conf/experiment/nope.yaml (experiments: multi30k_1h, "),
-    (["model=A1", "seed=2", "recipe=tiny"], None),
+    (["-m", "model=Q"], "In 'config': Could not find 'model/Q' (options: A1, A2, "),
 ]
 
 
 @pytest.mark.parametrize("overrides, line", COMPOSE)
-def test_overrides_that_do_not_compose_are_one_line(overrides, line):
+def test_overrides_that_do_not_compose_are_one_line(tmp_path, overrides, line):
     """What Hydra answers in several lines (or, for a missing experiment, not at all: an optional config
-    group) is one line before the run starts; entry() prints it with exit status 2."""
-    from ablate.run import compose_problem
-
-    got = compose_problem(overrides)
-    assert got == line if line is None or not line.endswith(", ") else got.startswith(line), got
+    group) is one line, exit status 2: Hydra composes the config once and hands over what stops it."""
+    p = _run(tmp_path, *overrides)
+    assert p.returncode == 2, p.stderr[-3000:]
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {line}"), p.stderr[-3000:]
+    assert "HYDRA_FULL_ERROR" not in p.stderr and not list(tmp_path.rglob("record.json"))
 
 
 def test_an_os_error_without_a_file_names_the_run_folder(tmp_path):
