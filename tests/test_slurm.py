@@ -325,7 +325,7 @@ def test_a_two_row_array_sweep_finishes(cluster, tmp_path):
 @pytest.mark.slow
 def test_two_devices_run_as_two_tasks_of_one_job(cluster, tmp_path):
     """trainer.devices=2: two SLURM tasks (ranks by SLURM_PROCID, DDP over gloo); the same numbers as the
-    same run on two local processes (launch.spawn_job)."""
+    same run on two local processes (cluster.ddp.spawn_job)."""
     args = ["model=base", *TINY, "trainer.devices=2", "train.max_tokens=512"]
     p = _run(tmp_path / "slurm", *args)
     assert p.returncode == 0, p.stderr[-3000:]

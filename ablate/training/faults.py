@@ -39,7 +39,7 @@ class CtrlC(Callback):
 
 
 def check_start(row: str) -> None:
-    """Called by each worker process of launch.spawn_job before it trains."""
+    """Called by each worker process of cluster.ddp.spawn_job before it trains."""
     if os.environ.get(RANK_ENV) is not None and os.environ.get(RANK_ENV) == os.environ.get("RANK"):
         raise RuntimeError(f"injected fault in rank {os.environ['RANK']} ({RANK_ENV})")
     if os.environ.get(ROW_ENV) == row:
