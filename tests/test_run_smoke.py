@@ -42,6 +42,11 @@ def test_smoke_run_writes_a_complete_record(tmp_path):
     assert rec["run_id"].startswith("base-") and records[0].parent.name == rec["run_id"]
     # tiny preset: 100000 * 0.0002 = 20 steps
     assert rec["steps"] == 20
+    # stdout is no terminal here (a pipe, as a SLURM job log or `> log`): plain lines, no carriage return
+    assert "\r" not in p.stdout + p.stderr
+    steps = [int(x.split()[2].split("/")[0]) for x in p.stdout.splitlines() if x.startswith("[ablate] step ")]
+    assert steps == [1 * i for i in range(1, 21)], steps  # every max(1, min(100, 20 // 20)) = 1 steps
+    assert "[ablate] step 20/20 (100%)  loss " in p.stdout and " eta 0:00:00" in p.stdout
     m = rec["metrics"]
     assert math.isclose(m["dev_ppl"], math.exp(m["dev_nll_sum"] / m["dev_tokens"]), rel_tol=1e-9)
     assert "tok:13a" in m["dev_bleu_signature"] and 0.0 <= m["dev_bleu"] <= 100.0

@@ -387,7 +387,10 @@ def test_a_one_minute_time_limit_finishes_by_itself(cluster, tmp_path, uninterru
     _same_run(run, uninterrupted(), stops=steps[:-1])
     # one stop path: Lightning's SLURM auto-requeue is off, not silently blocked
     logs = _job_logs(tmp_path)
-    assert "auto-requeueing enabled" not in logs and "stopped at step" in logs
+    assert "auto-requeueing enabled" not in logs and "exists and is not empty" not in logs
+    # in our words: where each allocation stopped, that the job was requeued, where the next one resumed
+    assert "stopped at step" in logs and "requeued" in logs and "resuming from" in logs
+    assert "\r" not in logs
 
 
 @pytest.mark.slow

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 from pathlib import Path
 
 from ablate.cluster import gpu_pool, slurm_job
@@ -22,11 +21,6 @@ from ablate.records import folder, identity, store
 from ablate.training.callbacks import Preempted
 from ablate.training.fit import run_worker
 from ablate.training.hardware import check_accelerator
-
-# Two warnings Lightning prints on every run that say nothing about this one: a deprecation inside its own
-# pytree helper, and a note that our transfer_batch_to_device (which moves our Batch dataclass) is used.
-warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
-warnings.filterwarnings("ignore", message=r".*overridden `transfer_batch_to_device`.*")
 
 
 def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import traceback
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -40,6 +42,7 @@ from ablate.training.callbacks import (
     Budget,
     Curves,
     Preempted,
+    ProgressLines,
     StepProgress,
     TimeLimit,
     TrainClock,
@@ -53,6 +56,13 @@ from ablate.training.hardware import (
 )
 from ablate.training.module import TranslationModule
 from ablate.training.stop import StopAtStep, slurm_environment
+
+# Warnings Lightning prints on every run, or every resumed one, that say nothing about this one: a
+# deprecation inside its own pytree helper; a note that our transfer_batch_to_device (which moves our Batch
+# dataclass) is used; and that a resumed run's checkpoint folder "exists and is not empty", as it must.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\).*")
+warnings.filterwarnings("ignore", message=r".*overridden `transfer_batch_to_device`.*")
+warnings.filterwarnings("ignore", message=r"Checkpoint directory .* exists and is not empty")
 
 
 class CheckpointError(ValueError):
@@ -231,9 +241,16 @@ def _callbacks(cfg: RunConfig, out: Path, clock: TrainClock, budget: Budget | No
         *([budget] if budget else []),
         *faults.callbacks(),
     ]
-    if cfg.trainer.progress_bar:
+    if _bar(cfg):
         callbacks.append(StepProgress(total_steps(cfg) * accumulation(cfg)))
+    elif cfg.trainer.progress_bar:  # no terminal to redraw a bar on: plain lines
+        callbacks.append(ProgressLines(total_steps(cfg), clock))
     return callbacks
+
+
+def _bar(cfg: RunConfig) -> bool:
+    """A progress bar only on a terminal: elsewhere its carriage returns make one unreadable line."""
+    return cfg.trainer.progress_bar and sys.stdout.isatty()
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -272,7 +289,7 @@ def _trainer(cfg: RunConfig, out: Path, logger, callbacks: list[Callback]) -> pl
         num_sanity_val_steps=0,
         logger=logger,
         callbacks=callbacks,
-        enable_progress_bar=t.progress_bar,
+        enable_progress_bar=_bar(cfg),
         enable_model_summary=False,
         gradient_clip_val=cfg.train.grad_clip or None,
         use_distributed_sampler=False,
