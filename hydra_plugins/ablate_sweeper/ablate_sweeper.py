@@ -185,9 +185,6 @@ class AblateSweeper(BasicSweeper):
         for overrides in super().get_job_batch():
             try:
                 dcfg = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
-                if done := self._finished(dcfg, list(overrides)):
-                    self._skipped.append(done)
-                    continue
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
                 from ablate.jobs import plan
 
@@ -198,6 +195,9 @@ class AblateSweeper(BasicSweeper):
                 else:
                     print(f"error: {label}: {reason}", file=sys.stderr, flush=True)
                 self._rejected.append({"run_id": label, "status": "failed", "reason": reason})
+                continue
+            if done := self._finished(dcfg, list(overrides)):
+                self._skipped.append(done)
                 continue
             batch.append(overrides)
         return batch
@@ -215,12 +215,13 @@ class AblateSweeper(BasicSweeper):
         launcher = self.config.hydra.runtime.choices.get("hydra/launcher")
         with open_dict(dcfg):
             del dcfg["hydra"]
-        cfg = member_config(dcfg, overrides, launcher)
-        path = identity.run_dir(cfg) / store.RECORD_NAME
-        if not cfg.resume or not path.is_file():
+        try:
+            cfg = member_config(dcfg, overrides, launcher)
+            path = identity.run_dir(cfg) / store.RECORD_NAME
+            rec = store.read_record(path) if cfg.resume and path.is_file() else None
+        except Exception:  # noqa: BLE001 - the job itself refuses such a member, with its record and reason
             return None
-        rec = store.read_record(path)
-        if rec["status"] != "finished":
+        if rec is None or rec["status"] != "finished":
             return None
         return {**outcome(rec["run_id"], "finished", "already finished"), "skipped": True}
 
