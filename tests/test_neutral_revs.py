@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from neutral_revs import check, differences
+from test_staleness import _full_history
 
 from ablate.records.staleness import NEUTRAL_REVS, neutral_revs
 
@@ -21,7 +22,7 @@ def test_the_fingerprint_tells_a_change():
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs the repository's history")
+@pytest.mark.skipif(not _full_history(), reason="needs the repository's whole history")
 def test_every_listed_commit_is_result_neutral(tmp_path):
     listed: dict[str, list[str]] = {}
     for task, revs in neutral_revs(NEUTRAL_REVS).items():
