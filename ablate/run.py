@@ -281,7 +281,10 @@ def _composition_line(e: BaseException) -> str:
     cause = e.__cause__ or e.__context__
     said = str(cause).strip().splitlines()[0] if cause is not None and str(cause).strip() else ""
     said = said.removeprefix(prefix)
-    return f"{first.rstrip('.')}: {said}" if said and said not in first else first
+    line = f"{first.rstrip('.')}: {said}" if said and said not in first else first
+    if "is not in struct" in line:  # a key the config has no place for yet: Hydra adds one with a leading +
+        line += " (a new key takes a leading +, as in +hydra.launcher.additional_parameters.account=x)"
+    return line
 
 
 # joblib's loky launcher has a resource tracker process that outlives this one. After Ctrl-C it frees

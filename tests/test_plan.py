@@ -188,6 +188,11 @@ COMPOSE = [
     ),
     (["experiment=nope"], "experiment=nope: no file conf/experiment/nope.yaml (experiments: multi30k_1h, "),
     (["-m", "model=Q"], "In 'config': Could not find 'model/Q' (options: A1, A2, "),
+    (
+        ["hydra/launcher=slurm", "hydra.launcher.additional_parameters={account:x}"],
+        "Could not override 'hydra.launcher.additional_parameters': Key 'account' is not in struct (a new "
+        "key takes a leading +, as in +hydra.launcher.additional_parameters.account=x)",
+    ),
 ]
 
 

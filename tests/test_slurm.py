@@ -116,6 +116,33 @@ def test_multi_node_request_becomes_the_sbatch_script(tmp_path, monkeypatch):
         assert line in script, line
 
 
+def test_a_warning_as_long_as_the_job_is_refused_and_extra_parameters_reach_sbatch(tmp_path, monkeypatch):
+    """signal_delay_s >= timeout_min: refused in one line naming both keys; the documented syntax for
+    anything else (+hydra.launcher.additional_parameters.<key>=<value>) reaches the sbatch script."""
+    with pytest.raises(slurm_request.SlurmError, match=r"signal_delay_s=120: .*timeout_min=2, 120 s\)"):
+        slurm_request.check_warning({"signal_delay_s": 120, "timeout_min": 2})
+    slurm_request.check_warning({"signal_delay_s": 119, "timeout_min": 2})
+    submitit = pytest.importorskip("submitit")
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config import register_configs
+    from hydra_plugins.ablate_slurm.slurm_launcher import AblateSlurmLauncher
+
+    register_configs()
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        extra = "+hydra.launcher.additional_parameters.mail_type=END"
+        cfg = compose("config", ["hydra/launcher=slurm", extra], return_hydra_config=True)
+    params = dict(cfg.hydra.launcher)
+    assert params["additional_parameters"] == {"mail_type": "END"}
+    monkeypatch.setattr(submitit.SlurmExecutor, "affinity", classmethod(lambda cls: 1))
+    launcher = AblateSlurmLauncher(**{k: v for k, v in params.items() if k != "_target_"})
+    trainer = {"accelerator": "cpu", "devices": 1, "num_nodes": 1, "threads": 1}
+    req = slurm_request.resolve(launcher.params, trainer, slurm_request.parse_sinfo(SINFO)["gpu"])
+    ex = submitit.AutoExecutor(folder=tmp_path, cluster="slurm")
+    ex.update_parameters(**launcher._sbatch(req))
+    assert "#SBATCH --mail-type=END" in ex._executor._make_submission_file_text("python -m x", "%j")
+
+
 def test_the_sweep_line_names_what_did_not_finish():
     line, ok = summary([{"run_id": "a", "status": "finished"}, {"run_id": "b", "status": "cancelled"}, None])
     assert not ok and line == "sweep of 3 runs: 1 finished, 1 cancelled (b), 1 failed (?)"

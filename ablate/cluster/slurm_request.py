@@ -178,3 +178,14 @@ def check(req: Request, part: Partition) -> None:
             f"hydra.launcher.timeout_min={req.timeout_min}: partition {part.name} allows at most "
             f"{part.max_minutes} minutes"
         )
+
+
+def check_warning(launcher: dict) -> None:
+    """The time limit's warning must come after the job starts: a signal_delay_s as long as the job's time
+    limit would ask for the stop before the first step (SLURM accepts it without a word)."""
+    delay, minutes = int(launcher["signal_delay_s"]), int(launcher["timeout_min"])
+    if delay >= minutes * 60:
+        raise SlurmError(
+            f"hydra.launcher.signal_delay_s={delay}: the time limit's warning would come before the job "
+            f"starts (hydra.launcher.timeout_min={minutes}, {minutes * 60} s); lower it or lengthen the limit"
+        )

@@ -103,6 +103,7 @@ class AblateSlurmLauncher(Launcher):
         from ablate.jobs.sweep import member_config
         from ablate.records import identity
 
+        slurm.check_warning(self.params)
         part = slurm.pick_partition(slurm.partitions(), self.params.get("partition"))
         members, refused = [], {}
         for i, overrides in enumerate(job_overrides):
