@@ -267,9 +267,30 @@ def _error_line(e: BaseException) -> str:
     return _composition_line(e) if isinstance(e, OmegaConfBaseException) else first_line(e)
 
 
+QUOTE_HINT = (
+    "a value with spaces or characters other than letters, digits and -_./ takes quotes, inside the "
+    "shell's: \"data.train_src='my file.txt'\""
+)
+
+
+def _override_problem(override: str, message: str) -> str:
+    """Hydra's override parser's message in one line: the override, and what it could not read there."""
+    lines = [ln for ln in message.splitlines() if ln.strip() and not ln.startswith("See https://")]
+    lexer = "LexerNoViableAltException: "
+    if lines[0].startswith(lexer) and len(lines) > 1 and lines[1].strip() == "^":
+        at = lines[1].index("^") - len(lexer)
+        return f"{override}: unexpected {override[at]!r}" if 0 <= at < len(override) else lines[0]
+    said = ": ".join(lines)
+    return said if override in said else f"{override}: {said}"
+
+
 def _composition_line(e: BaseException) -> str:
     """Hydra's message, the cause it names and the options it lists, in one line: what keeps a config
     from composing (Hydra hands it over under HYDRA_FULL_ERROR instead of printing it in several lines)."""
+    from hydra.errors import OverrideParseException
+
+    if isinstance(e, OverrideParseException):  # the lexer: a value the shell split, or an unquoted character
+        return f"{_override_problem(e.override, str(e))} ({QUOTE_HINT})"
     text = str(e).strip()
     first = text.splitlines()[0] if text else type(e).__name__
     if "Available options in" in text:

@@ -259,3 +259,34 @@ def test_gzip_input_is_read(tmp_path):
     from ablate.data.datamodule import load_corpus
 
     assert len(load_corpus(cfg.data).splits["train"]) == 60
+
+
+# A value given unquoted that Hydra's override parser cannot read: each member of the family, alone and in
+# a sweep, is one line with the hint to quote it; the same value quoted composes.
+UNQUOTED = [
+    (
+        ["data.train_src=my", "file.txt"],
+        "Error parsing override 'file.txt': missing EQUAL",
+    ),  # the shell split it
+    (["data.train_src=données.txt"], "data.train_src=données.txt: unexpected 'é'"),
+    (["sweep_name=Ünïcode"], "sweep_name=Ünïcode: unexpected 'Ü'"),
+    (["data.train_src=a(b).txt"], "data.train_src=a(b).txt: mismatched input '.'"),
+    (["data.train_src=a&b.txt"], "data.train_src=a&b.txt: unexpected '&'"),
+]
+
+
+@pytest.mark.parametrize("args, said", UNQUOTED)
+def test_an_unquoted_value_gets_the_hint_to_quote_it(tmp_path, args, said):
+    from ablate.run import QUOTE_HINT
+
+    for multirun in ([], ["-m"]) if args[0].startswith("data.train_src=données") else ([],):
+        cmd = [sys.executable, "-m", "ablate.run", *multirun, *args, f"results_dir={tmp_path}/r"]
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+        assert lines[0].startswith(f"error: {said}"), lines
+        assert lines[0].endswith(f"({QUOTE_HINT})"), lines
+    key, _, value = " ".join(args).partition("=")
+    quoted = [sys.executable, "-m", "ablate.run", f"{key}='{value}'", "--cfg", "job", "-p", key]
+    q = subprocess.run(quoted, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert q.returncode == 0 and q.stdout.strip().splitlines()[-1] == value, q.stderr[-2000:]
