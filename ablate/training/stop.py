@@ -54,10 +54,13 @@ def slurm_environment():
 
 
 class StopAtStep(Callback):
-    """Stop at an optimizer-step boundary once any rank was asked to, with last.ckpt written there."""
+    """Stop at an optimizer-step boundary once any rank was asked to, with last.ckpt written there. The
+    stop itself comes at the next hook that follows the step (the next batch, or the dev evaluation due at
+    that step), so that every callback has ended the step first (its curve row, its periodic checkpoint);
+    an evaluation due at the stop step is the resumed run's to skip (docs/reliability.md)."""
 
     def __init__(self, last: Path):
-        self.last = last
+        self.last, self.stopping = last, False
 
     def on_train_start(self, trainer, module):
         install()  # after Lightning's fit has set its own handlers: ours replace its SIGTERM flag
@@ -69,4 +72,12 @@ class StopAtStep(Callback):
         # every rank takes part in this decision at every step boundary, so that all stop at the same one
         if trainer.strategy.reduce_boolean_decision(asked() is not None, all=False):
             trainer.save_checkpoint(self.last)
+            self.stopping = True
+
+    def on_train_batch_start(self, trainer, module, batch, batch_idx):
+        if self.stopping:
+            raise SIGTERMException
+
+    def on_validation_start(self, trainer, module):
+        if self.stopping:
             raise SIGTERMException
