@@ -40,7 +40,6 @@ TRANSITIONS: dict[str, tuple[frozenset, str]] = {
     "time_out": (frozenset({RUNNING}), TIMED_OUT),
     "cancel": (frozenset({RUNNING, *WAITING}), CANCELLED),
 }
-BY_STATUS = {to: name for name, (_, to) in TRANSITIONS.items() if name != "reject"}  # fail, not reject
 
 CTRL_C = "interrupted by Ctrl-C; the same command resumes it from its last checkpoint"
 
