@@ -12,7 +12,8 @@ from pathlib import Path
 
 import torch
 
-from ablate.training.evaluation import checkpoint_step, evaluate_run, load_config, step_checkpoints
+from ablate.records.folder import step_checkpoints, step_of
+from ablate.training.evaluation import evaluate_run, load_config
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,7 +54,7 @@ def _check_args(args) -> None:
     if args.average:
         run_dir = Path(args.run_dir)
         last = args.until_step if args.until_step is not None else float("inf")
-        have = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= last]
+        have = [p for p in step_checkpoints(run_dir / "checkpoints") if step_of(p) <= last]
         if args.average > len(have):
             raise ValueError(
                 f"--average {args.average}: {run_dir / 'checkpoints'} holds {len(have)} step checkpoint(s)"

@@ -20,7 +20,8 @@ import json
 import sys
 from pathlib import Path
 
-from ablate.training.evaluation import checkpoint_step, evaluate_run, step_checkpoints
+from ablate.records.folder import step_checkpoints, step_of
+from ablate.training.evaluation import evaluate_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -53,7 +54,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     run = Path(args.run_dir)
     minutes = step_minutes(run)
-    steps = [checkpoint_step(p) for p in step_checkpoints(run)]
+    steps = [step_of(p) for p in step_checkpoints(run / "checkpoints")]
     points = [s for s in steps if s % args.every == 0]
     if steps and steps[-1] not in points:
         points.append(steps[-1])

@@ -103,7 +103,7 @@ def state(cfg: RunConfig) -> tuple[str, str]:
 def _checkpoint_step(ckpt_dir: Path) -> int | None:
     """The step a run would resume from, by the names of its checkpoints (last.ckpt: the newest of them,
     or step 0 where it is the only one)."""
-    step = folder.checkpoint_step(ckpt_dir)
+    step = folder.newest_step(ckpt_dir)
     if step is not None:
         return step
     return 0 if (ckpt_dir / "last.ckpt").is_file() else None

@@ -80,14 +80,23 @@ def _json_default(o: Any) -> Any:
     raise TypeError(f"not JSON serializable: {type(o).__name__}")
 
 
-def checkpoint_step(ckpt_dir: Path) -> int | None:
-    """The step of a run's newest step checkpoint (`step0001200.ckpt`, ModelCheckpoint's names), or None."""
-    steps = [
-        int(m.group(1))
-        for p in ckpt_dir.glob("step*.ckpt")
-        if (m := re.fullmatch(r"step(\d+)\.ckpt", p.name))
-    ]
-    return max(steps) if steps else None
+def step_checkpoints(ckpt_dir: Path) -> list[Path]:
+    """A run's step checkpoints (`step0001200.ckpt`, ModelCheckpoint's names), oldest first."""
+    return sorted((p for p in ckpt_dir.glob("step*.ckpt") if _STEP.fullmatch(p.name)), key=step_of)
+
+
+def step_of(path: Path) -> int:
+    """The step of a step checkpoint, from its name."""
+    return int(_STEP.fullmatch(path.name).group(1))
+
+
+def newest_step(ckpt_dir: Path) -> int | None:
+    """The step of a run's newest step checkpoint, or None."""
+    found = step_checkpoints(ckpt_dir)
+    return step_of(found[-1]) if found else None
+
+
+_STEP = re.compile(r"step(\d+)\.ckpt")
 
 
 def now() -> str:

@@ -23,18 +23,10 @@ from omegaconf import OmegaConf
 
 from ablate.config import RunConfig, effective_model, to_dataclass
 from ablate.records import folder, store
+from ablate.records.folder import step_checkpoints, step_of
 from ablate.tasks import task_of
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
-
-
-def step_checkpoints(run_dir: Path) -> list[Path]:
-    """The run's step checkpoints, oldest first (file names carry the step)."""
-    return sorted(run_dir.glob("checkpoints/step*.ckpt"), key=checkpoint_step)
-
-
-def checkpoint_step(path: Path) -> int:
-    return int(re.sub(r"\D", "", path.stem))
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -104,7 +96,7 @@ def evaluate_run(
     split, refs = _split(dm, sp, run_dir, split, src, ref)
     out = _decode(module, dm, sp, split, len(refs))
     if until_step is not None:
-        tag = f"{split}.step{checkpoint_step(ckpts[-1])}.avg{len(ckpts)}"
+        tag = f"{split}.step{step_of(ckpts[-1])}.avg{len(ckpts)}"
     else:
         tag = f"{split}.avg{len(ckpts)}" if average else split
     folder.atomic_write_text(run_dir / f"{tag}.hyp.txt", "\n".join(out) + "\n")
@@ -114,7 +106,7 @@ def evaluate_run(
     for suffix, text in files.items():
         folder.atomic_write_text(run_dir / f"{tag}{suffix}", text)
     if until_step is not None:
-        return {**metrics, "step": checkpoint_step(ckpts[-1])}
+        return {**metrics, "step": step_of(ckpts[-1])}
     store.add_evaluation(run_dir, metrics, {f"{split}_hyp": f"{tag}.hyp.txt"})
     return metrics
 
@@ -122,7 +114,8 @@ def evaluate_run(
 def _checkpoints(run_dir: Path, average: int, until_step: int | None) -> list[Path]:
     if average or until_step is not None:
         last = until_step if until_step is not None else float("inf")
-        ckpts = [p for p in step_checkpoints(run_dir) if checkpoint_step(p) <= last][-max(average, 1) :]
+        upto = [p for p in step_checkpoints(run_dir / "checkpoints") if step_of(p) <= last]
+        ckpts = upto[-max(average, 1) :]
     else:
         ckpts = [run_dir / "checkpoints" / "last.ckpt"]
     if not ckpts or not all(p.is_file() for p in ckpts):
