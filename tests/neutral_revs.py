@@ -1,6 +1,7 @@
 """The behavioural fingerprint that proves a commit result-neutral: a tiny training run of each task at the
 commit and at its parent, in git worktrees, every number of both compared (the dev and training curves,
-the final metrics, the parameter count, the dev hypotheses' text).
+the final metrics, the parameter count, the dev hypotheses' text). A figure the commit adds (a new metric)
+is no difference: every figure the parent's run wrote must be there, equal.
 
     python tests/neutral_revs.py <commit> [translation,parsing]    # before listing it in .result-neutral-revs
 
@@ -65,15 +66,15 @@ def fingerprint(rev: str, task: str, scratch: Path) -> dict:
 
 
 def differences(a: dict, b: dict) -> list[str]:
+    """What the parent's run `a` wrote that the commit's run `b` changed or left out."""
     out = [f"{k}: {a.get(k)} != {b.get(k)}" for k in ("params", "steps", "dev_hyp") if a.get(k) != b.get(k)]
     ma, mb = a["metrics"], b["metrics"]
     out += [
-        f"metrics.{k}: {ma.get(k)} != {mb.get(k)}"
-        for k in sorted(set(ma) | set(mb))
-        if ma.get(k) != mb.get(k)
+        f"metrics.{k}: {ma[k]} != {mb.get(k, 'missing')}" for k in sorted(ma) if ma[k] != mb.get(k, object())
     ]
-    if a["curves"] != b["curves"]:
-        at = next((i for i, (x, y) in enumerate(zip(a["curves"], b["curves"])) if x != y), None)
+    curves_b = [{k: y.get(k) for k in x} for x, y in zip(a["curves"], b["curves"])]
+    if len(a["curves"]) != len(b["curves"]) or a["curves"] != curves_b:
+        at = next((i for i, (x, y) in enumerate(zip(a["curves"], curves_b)) if x != y), None)
         out.append(f"curves differ (line {at}, {len(a['curves'])} vs {len(b['curves'])} lines)")
     return out
 

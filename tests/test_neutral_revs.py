@@ -17,8 +17,26 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_the_fingerprint_tells_a_change():
     a = {"params": 1, "steps": 2, "dev_hyp": "x", "metrics": {"dev_ppl": 5.0}, "curves": [{"step": 1}]}
     assert differences(a, dict(a)) == []
-    b = {**a, "metrics": {"dev_ppl": 5.000001}, "curves": [{"step": 1, "train_loss": 2.0}]}
+    b = {**a, "metrics": {"dev_ppl": 5.000001}, "curves": [{"step": 2}]}
     assert differences(a, b) == ["metrics.dev_ppl: 5.0 != 5.000001", "curves differ (line 0, 1 vs 1 lines)"]
+    dropped = {**a, "metrics": {}, "curves": [{"step": 1}, {"step": 2}]}
+    assert differences(a, dropped) == [
+        "metrics.dev_ppl: 5.0 != missing",
+        "curves differ (line None, 1 vs 2 lines)",
+    ]
+
+
+def test_a_figure_the_commit_adds_is_no_difference():
+    """A new metric (an interval beside F1) leaves every figure the parent wrote as it was."""
+    a = {
+        "params": 1,
+        "steps": 2,
+        "dev_hyp": "x",
+        "metrics": {"f1": 50.0},
+        "curves": [{"step": 1, "f1": 50.0}],
+    }
+    b = {**a, "metrics": {"f1": 50.0, "f1_lo": 40.0}, "curves": [{"step": 1, "f1": 50.0, "f1_lo": 40.0}]}
+    assert differences(a, b) == []
 
 
 @pytest.mark.slow

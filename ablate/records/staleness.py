@@ -36,6 +36,7 @@ NOT_RESULT = (
     "ablate/jobs/",
     "ablate/records/",
     "ablate/report/",
+    "ablate/baseline.py",
     "ablate/evaluate.py",
     "ablate/prepare.py",
     "ablate/run.py",

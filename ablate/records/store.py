@@ -27,26 +27,39 @@ def new_record(cfg, **fields: Any) -> dict[str, Any]:
     named (its status comes with its first transition). Training adds metrics, files and timings."""
     from dataclasses import asdict
 
+    return _record(run_id(cfg), cfg.model.name, cfg.model.group, cfg.seed, cfg.task, cfg.sweep_name,
+                   asdict(cfg), **fields)  # fmt: skip
+
+
+BASELINE = "baseline"  # the group of a parser that needs no training run (ablate.baseline)
+
+
+def baseline_record(run_id_: str, row: str, task: str, config: dict[str, Any], **fields: Any) -> dict:
+    """The record of a baseline (`python -m ablate.baseline`): a run's fields, its group `baseline`."""
+    return _record(run_id_, row, BASELINE, 0, task, None, config, **fields)
+
+
+def _record(run_id_, row, group, seed, task, sweep, config, **fields: Any) -> dict[str, Any]:
     from ablate.records.folder import now
     from ablate.records.staleness import facts
 
     return {
         "schema_version": SCHEMA_VERSION,
-        "run_id": run_id(cfg),
-        "row": cfg.model.name,
-        "group": cfg.model.group,
-        "seed": cfg.seed,
+        "run_id": run_id_,
+        "row": row,
+        "group": group,
+        "seed": seed,
         "status": None,
         "reason": None,
-        "task": cfg.task,
-        "sweep": cfg.sweep_name,
-        "config": asdict(cfg),
+        "task": task,
+        "sweep": sweep,
+        "config": config,
         "metrics": {},
         "files": {},
         "started": now(),
         "machine": machine(),
         "versions": versions(),
-        **facts(cfg.task),
+        **facts(task),
         **fields,
     }
 

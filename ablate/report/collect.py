@@ -20,7 +20,7 @@ from ablate.config import ModelConfig, to_dataclass, total_steps
 from ablate.config.rows import ordered, resolve_row
 from ablate.records.staleness import why_stale
 from ablate.records.status import shown
-from ablate.records.store import find_records
+from ablate.records.store import BASELINE, find_records
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 _STATUS_RANK = {
@@ -221,6 +221,8 @@ class Collection:
     results_dir: Path
     read: int = 0  # records read (readable ones)
     chosen_because: str = ""  # why this preset: given, or the newest sweep's
+    # finished records of baselines of this task (`python -m ablate.baseline`): no preset, no seed
+    baselines: list[Run] = field(default_factory=list)
 
     def seeds(self) -> list[int]:
         return sorted({s for by_seed in self.runs.values() for s in by_seed})
@@ -380,7 +382,10 @@ def collect(
     warnings += rows.errors
     excluded: list[str] = []
 
-    runs, preset, why = _select([Run(r) for r in records], task, preset, sweep, excluded)
+    every = [Run(r) for r in records]
+    baselines = [r for r in every if r.rec.get("group") == BASELINE and r.rec.get("task") == task]
+    every = [r for r in every if r.rec.get("group") != BASELINE]
+    runs, preset, why = _select(every, task, preset, sweep, excluded)
     chosen = _one_per_cell(runs, rows, excluded)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get("base", {}).values()), None)
@@ -396,4 +401,5 @@ def collect(
         results_dir=results_dir,
         read=len(records),
         chosen_because=why,
+        baselines=[r for r in baselines if r.status == "finished"],
     )

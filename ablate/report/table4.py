@@ -1,6 +1,7 @@
-"""Table 4 (English constituency parsing, WSJ section 23 F1): the paper's parsers, then our parsing runs,
-each F1 beside what says whether it is a parser's: the outputs the reader had to repair, and the F1 of
-one flat tree per sentence over the same gold trees (the floor)."""
+"""Table 4 (English constituency parsing, WSJ section 23 F1): the paper's parsers, then our parsing runs and
+the baselines on the same trees (`python -m ablate.baseline`), each F1 with its 95% bootstrap interval over
+sentences and beside what says whether it is a parser's: the outputs the reader had to repair, the F1 of
+one flat tree per sentence over the same gold trees (the floor), and the time it trained."""
 
 from __future__ import annotations
 
@@ -19,14 +20,16 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         "parser",
         "training",
         "WSJ 23 F1",
+        "95% interval",
         "paper Transformer",
         "Δ paper",
         "repaired",
         "flat tree",
+        "training time",
         "notes",
     ]
     body: list[list[Any]] = [
-        [r["parser"], r["training"], f"{r['f1']:.1f}", "", "", "", "", ""] for r in paper.table4()
+        [r["parser"], r["training"], f"{r['f1']:.1f}"] + [""] * 7 for r in paper.table4()
     ]
     paper_tf = {r["training"]: r["f1"] for r in paper.table4() if r["ours"]}
     groups = _groups(coll)
@@ -34,16 +37,20 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
     for (row, data, key), runs in sorted(groups.items()):
         body.append(_row(row, data, key, runs, paper_tf))
         notes += [f"ours: {row} ({_split(key)}): {_what_ran(r)}" for r in runs]
-    if not groups:
+    for r in sorted(coll.baselines, key=lambda r: -float(r.metrics.get("test_f1") or 0)):
+        body.append(_baseline_row(r))
+        notes.append(f"baseline: {r.row}: {r.rec['run_id']} (command: {r.rec.get('command', '?')})")
+    if not groups and not coll.baselines:
         notes.append("No parsing record (task=parsing) has metrics.f1 yet.")
     elif any(key == "f1" for _, _, key in groups):
         notes.append("Rows marked (dev 22): run `python -m ablate.evaluate RUN --split test` for section 23.")
     notes.append(
         "repaired: outputs the reader had to mend into a tree over the sentence (missing words hung on the "
         "root, brackets closed; none under a well-formed search, decode.well_formed, which writes only such "
-        "trees); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split."
+        "trees); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split; 95% interval: "
+        "the percentile bootstrap over the split's sentences (one run; several seeds show mean ± sd)."
     )
-    table = Table(cols, body, align="llrrrrrl", title="Table 4: English constituency parsing (WSJ 23 F1)")
+    table = Table(cols, body, align="llrlrrrrrl", title="Table 4: English constituency parsing (WSJ 23 F1)")
     return table, notes
 
 
@@ -73,13 +80,59 @@ def _row(row: str, data: str, key: str, runs: list[Run], paper_tf: dict[str, flo
         f"ours: {row}",
         f"{training} (data={data})",
         fnum(mean, 2) + (f" ± {fnum(sd, 2)}" if n > 1 else "") + ("" if key == "test_f1" else " (dev 22)"),
+        _interval(runs[0].metrics, key) if n == 1 else "",
         "" if pv is None else f"{pv:.1f}",
         "" if pv is None else fnum(mean - pv, 2, sign=True),
         f"{total('n_repaired')}/{total('n')}",
         fnum(flat[0], 2) if flat[0] is not None and len(set(flat)) == 1 else "?",
+        _minutes([r.rec.get("train_time_s") for r in runs]),
         f"{n} seed{'s' if n > 1 else ''}, preset {runs[0].preset}; EVALB errors {total('n_error')}, "
         f"over 200 brackets {total('n_over_200_brackets')}",
     ]
+
+
+BASELINES = {
+    "pcfg": "treebank PCFG, parent annotation, exact CKY",
+    "right_branching": "right-branching trees, gold tags",
+    "left_branching": "left-branching trees, gold tags",
+}
+
+
+def _baseline_row(r: Run) -> list[Any]:
+    """A baseline's row: its section 23 F1 (its dev F1 where it has none), read as our runs' are."""
+    m, cfg = r.metrics, r.cfg("baseline") or {}
+    key = "test_f1" if m.get("test_f1") is not None else "f1"
+    prefix = key.removesuffix("f1")
+    what = BASELINES.get(r.row, r.row)
+    if r.row == "pcfg":
+        what += f" (vertical {cfg.get('vertical', '?')}, horizontal {cfg.get('horizontal', '?')})"
+    fallback = int(m.get(prefix + "n_fallback") or 0)
+    return [
+        f"baseline: {what}",
+        f"the same training trees (data={(r.cfg('data') or {}).get('name', '?')})",
+        fnum(m.get(key), 2) + ("" if key == "test_f1" else " (dev 22)"),
+        _interval(m, key),
+        "",
+        "",
+        f"{m.get(prefix + 'n_repaired', 0)}/{m.get(prefix + 'n', '?')}",
+        fnum(m.get(prefix + "f1_flat"), 2),
+        _minutes([r.rec.get("train_time_s")]),
+        f"parsed in {fnum(m.get(prefix + 'parse_time_s'), 0)} s, peak memory "
+        f"{fnum(r.rec.get('peak_rss_mib'), 0)} MiB; no parse (right-branching instead): {fallback}",
+    ]
+
+
+def _interval(m: dict[str, Any], key: str) -> str:
+    lo, hi = m.get(key + "_lo"), m.get(key + "_hi")
+    return f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+
+
+def _minutes(seconds: list[Any]) -> str:
+    known = [float(s) for s in seconds if isinstance(s, int | float)]
+    if not known:
+        return ""
+    mean = sum(known) / len(known)
+    return f"{mean / 60:.1f} min" if mean >= 60 else f"{mean:.1f} s"
 
 
 def _split(key: str) -> str:

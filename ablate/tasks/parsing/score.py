@@ -25,8 +25,9 @@ from ablate.data.treebank.linearize import delinearize_with_report
 from ablate.data.treebank.tree import Tree, clean, read_mrg, to_string, words
 
 from .evalb import COLLINS, EvalbResult, copy_gold_tags, evalb
+from .interval import f1_interval
 
-__all__ = ["score_predictions", "score_trees", "figures", "main"]
+__all__ = ["score_predictions", "score_trees", "score_parsed", "figures", "main"]
 
 
 def score_trees(
@@ -45,15 +46,27 @@ def score_trees(
         tree, repairs = delinearize_with_report(pred, src.split())
         trees.append(copy_gold_tags(g, tree, COLLINS) or tree)
         notes.append(repairs)
+    return replace(evalb(gold, trees), flat_f1=_flat_f1(sources, gold)), trees, notes
+
+
+def _flat_f1(sources: list[str], gold: list[Tree]) -> float:
     flat = [delinearize_with_report("", src.split())[0] for src in sources]  # (S XX .. XX) over the words
-    result = replace(evalb(gold, trees), flat_f1=evalb(gold, flat).summary().fmeasure)
-    return result, trees, notes
+    return evalb(gold, flat).summary().fmeasure
+
+
+def score_parsed(gold: list[Tree], trees: list[Tree]) -> dict:
+    """The figures of `score_predictions` for trees over the gold words (a baseline's parses), read as the
+    Transformer's are: with the gold POS tags in place of their own."""
+    sources = [" ".join(words(g)) for g in gold]
+    result = replace(evalb(gold, trees, test_tags="gold"), flat_f1=_flat_f1(sources, gold))
+    return figures(result, [[] for _ in trees])
 
 
 def score_predictions(sources: list[str], predictions: list[str], gold: list[Tree]) -> dict:
     """Corpus EVALB figures for linearized predictions.
 
-    Returns ``f1``, ``precision``, ``recall`` and ``complete_match`` (all sentences),
+    Returns ``f1`` with its 95% bootstrap interval over sentences ``f1_lo``..``f1_hi``, ``precision``,
+    ``recall`` and ``complete_match`` (all sentences),
     ``f1_le40``, ``precision_le40``, ``recall_le40`` (gold length <= 40), ``average_crossing``,
     ``n`` (sentences), ``n_valid``, ``n_error`` and ``n_skip`` (EVALB's counts: an error is a
     source whose words differ from the gold words), ``n_repaired`` (predictions that
@@ -88,8 +101,11 @@ def figures(result: EvalbResult, notes: list[list[str]]) -> dict:
     """The record's parsing figures: EVALB's summary (all and len <= 40), its counts, and what EVALB itself
     would have refused (error sentences past MAX_ERROR 10; trees of over 200 brackets)."""
     full, short = result.summary(), result.summary(result.params.cutoff_len)
+    low, high = f1_interval(result.sentences)
     return {
         "f1": full.fmeasure,
+        "f1_lo": low,  # the 95% bootstrap interval over sentences (interval.py)
+        "f1_hi": high,
         "precision": full.precision,
         "recall": full.recall,
         "complete_match": full.complete_match,
