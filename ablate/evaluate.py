@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
         _check_args(args)
         torch.set_num_threads(args.threads or load_config(Path(args.run_dir)).trainer.threads or 1)
         m = evaluate_run(args.run_dir, args.average, args.split, args.src, args.ref, args.until_step)
+    except KeyboardInterrupt:  # evaluations.json is written whole at the end, or not at all
+        print("[ablate] stopped: interrupted by Ctrl-C; the run's files are as they were", file=sys.stderr)
+        return 130
     except (ValueError, OSError) as e:
         print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

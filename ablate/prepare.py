@@ -74,12 +74,18 @@ def parse_args(argv: list[str]) -> tuple[str, list[str]]:
     return name, rest
 
 
+INTERRUPTED = "interrupted by Ctrl-C; nothing half-prepared is kept: the same command prepares the corpus"
+
+
 def main(argv: list[str] | None = None) -> int:
     name, overrides = parse_args(sys.argv[1:] if argv is None else argv)
     try:
         cfg = load_config(name, overrides)
         download = source(cfg).download
         prepared = prepare_corpus(download(cfg, print) if download else cfg)
+    except KeyboardInterrupt:  # one line: a corpus folder appears whole or not at all (binarize.build)
+        print(f"[ablate] stopped: {INTERRUPTED}", file=sys.stderr, flush=True)
+        return 130
     except (ConfigError, DataError, VocabError, ValueError, OSError, OmegaConfBaseException) as e:
         # one line, as `python -m ablate.run` says it: the key, file or line at fault
         lines = str(e).strip().splitlines()

@@ -1,5 +1,7 @@
 """Bad input, each a case: a one-line error naming the file, line or config key, and nothing half-written."""
 
+import contextlib
+import dataclasses
 import gzip
 import json
 import os
@@ -177,6 +179,26 @@ def _second_run_with(tmp_path, finished_run, payload):
     return cfg, ckpt
 
 
+@pytest.mark.parametrize("side", ["--src", "--ref"])
+def test_a_too_long_line_of_a_given_file_is_named_by_its_file_and_line(tmp_path, finished_run, side, capsys):
+    """`python -m ablate.evaluate RUN --src F --ref F`: a line longer than a decoding batch is named, not
+    the training keys (train.max_tokens, data.max_len) the user did not touch."""
+    from ablate.evaluate import main
+
+    _, cfg, _ = finished_run
+    lines = {"--src": ["a b", "c d", "e f"], "--ref": ["a b", "c d", "e f"]}
+    lines[side][1] = " ".join(["the"] * (cfg.train.max_tokens + 5))  # a piece a word at least
+    paths = {}
+    for flag, text in lines.items():
+        paths[flag] = tmp_path / f"{flag[2:]}.txt"
+        paths[flag].write_text("\n".join(text) + "\n")
+    argv = [str(identity.run_dir(cfg)), "--src", str(paths["--src"]), "--ref", str(paths["--ref"])]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {paths[side]} line 2: ") and len(err.splitlines()) == 1, err
+    assert "train.max_tokens" not in err and "data.max_len" not in err
+
+
 def test_checkpoint_of_another_architecture(tmp_path, finished_run):
     src = next(identity.run_dir(finished_run[1]).glob("checkpoints/last.ckpt"))
     cfg, ckpt = _second_run_with(tmp_path, finished_run, lambda p: shutil.copy(src, p))
@@ -290,3 +312,163 @@ def test_an_unquoted_value_gets_the_hint_to_quote_it(tmp_path, args, said):
     quoted = [sys.executable, "-m", "ablate.run", f"{key}='{value}'", "--cfg", "job", "-p", key]
     q = subprocess.run(quoted, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert q.returncode == 0 and q.stdout.strip().splitlines()[-1] == value, q.stderr[-2000:]
+
+
+# Ctrl-C while a corpus is prepared (the vocabulary learned, the text encoded), in every command that
+# prepares one: one line and exit 130, no traceback, and the next call finds nothing half-written.
+PREPARING = {
+    "run": [
+        "-m",
+        "ablate.run",
+        "logger=none",
+        "recipe=tiny",
+        "scale=tiny",
+        "train.max_steps=1",
+        "decode.dev_limit=2",
+    ],
+    "prepare": ["-m", "ablate.prepare"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", sorted(PREPARING))
+def test_ctrl_c_while_the_corpus_is_prepared_is_one_line(tmp_path, multi30k_dir, command):
+    import signal
+
+    data = [
+        "data=multi30k",
+        f"data.root={multi30k_dir}",
+        f"data.cache_dir={tmp_path}/cache",
+        "data.vocab_size=8000",
+    ]
+    args = [
+        sys.executable,
+        *PREPARING[command],
+        *data,
+        *([f"results_dir={tmp_path}/r"] if command == "run" else []),
+    ]
+    p = subprocess.Popen(
+        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    for line in p.stdout:
+        if line.startswith("vocabulary"):  # learning the 8,000-piece vocabulary, then encoding: seconds
+            os.killpg(p.pid, signal.SIGINT)
+            break
+    after = p.stdout.read().splitlines()
+    assert p.wait() == 130, after
+    assert len(after) == 1 and after[0].startswith("[ablate] stopped: interrupted by Ctrl-C"), after
+    assert not list((tmp_path / "cache" / "data").glob("*/meta.json"))  # no corpus folder claims to be whole
+    again = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+
+
+# Degenerate data that prepares and trains without an error (ablate.data.degenerate): said before training.
+def _multi30k_files(m: Path) -> dict[str, Path]:
+    return {"train_src": m / "train.en.gz", "train_tgt": m / "train.de.gz", "dev_src": m / "val.en.gz",
+            "dev_tgt": m / "val.de.gz", "test_src": m / "test_2016_flickr.en.gz",
+            "test_tgt": m / "test_2016_flickr.de.gz"}  # fmt: skip
+
+
+@pytest.mark.parametrize("split", ["dev", "test"])
+def test_held_out_sides_swapped_are_refused_before_the_vocabulary(tmp_path, multi30k_dir, split):
+    files = _multi30k_files(multi30k_dir)
+    files[f"{split}_src"], files[f"{split}_tgt"] = files[f"{split}_tgt"], files[f"{split}_src"]
+    overrides = ["data=files", *(f"data.{k}={v}" for k, v in files.items())]
+    swapped = (
+        rf"the {split} sides look swapped: \d+% of the source file's words occur only in the training target"
+    )
+    with pytest.raises(DataError, match=swapped) as e:
+        train(cfg_for(tmp_path, *overrides))
+    assert str(e.value).endswith(f"swap data.{split}_src and data.{split}_tgt")
+    one_line(e.value)
+    nothing_written(tmp_path)
+
+
+def test_held_out_sides_in_order_and_shared_words_are_not_swapped(tmp_path, multi30k_dir):
+    from ablate.data.degenerate import swapped_sides
+
+    plain = {}
+    for key, path in _multi30k_files(multi30k_dir).items():
+        plain[key] = tmp_path / key
+        plain[key].write_bytes(gzip.decompress(path.read_bytes()))
+    p = plain
+    assert swapped_sides(p["train_src"], p["train_tgt"], p["dev_src"], p["dev_tgt"]) is None
+    assert swapped_sides(p["train_src"], p["train_tgt"], p["test_src"], p["test_tgt"]) is None
+    assert swapped_sides(
+        p["train_src"], p["train_tgt"], p["dev_tgt"], p["dev_src"]
+    )  # the negative's negative
+    # sides that share their words (a copy task): never swapped, whichever way round
+    assert swapped_sides(p["train_src"], p["train_src"], p["dev_src"], p["dev_src"]) is None
+
+
+@pytest.mark.parametrize("pairs, vocab", [(1, 20), (5, 30), (999, 40)])  # a vocabulary each corpus holds
+def test_too_few_training_pairs_are_said_on_every_run(tmp_path, pairs, vocab):
+    from ablate.data.corpora import prepare_corpus
+
+    cfg = cfg_for(tmp_path, *files_corpus(tmp_path, n=pairs), f"data.vocab_size={vocab}")
+    for _ in ("prepared", "found in the cache"):
+        said: list[str] = []
+        prepare_corpus(cfg.data, log=said.append)
+        warning = [s for s in said if s.startswith("warning:")]
+        assert warning == [f"warning: {pairs:,} training pair{'' if pairs == 1 else 's'}: a model learns so "
+                           "few by heart, not the task (fewer than 1,000; Multi30k has 29,000, the built-in "
+                           "corpus 30,000)"]  # fmt: skip
+    enough = cfg_for(tmp_path / "enough", *files_corpus(tmp_path, n=1000))
+    said = []
+    prepare_corpus(enough.data, log=said.append)
+    assert not [s for s in said if s.startswith("warning:")]
+
+
+# A cache in a bad place: said in one line naming data.cache_dir and ABLATE_CACHE, and a complete cache
+# shared read-only serves as it is.
+@contextlib.contextmanager
+def _read_only(folder: Path):
+    """`folder` read-only for root too (a read-only bind mount over itself); skipped where mounts are not
+    allowed."""
+    if subprocess.run(["mount", "--bind", str(folder), str(folder)], capture_output=True).returncode:
+        pytest.skip("a read-only bind mount needs root and a mount namespace that allows it")
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(folder)], check=True, capture_output=True)
+        yield folder
+    finally:
+        subprocess.run(
+            ["umount", "--lazy", str(folder)], check=True
+        )  # open files (mapped arrays) keep it busy
+
+
+def _cache_cfg(tmp_path, monkeypatch, cache: str | None):
+    from ablate.data.corpora import prepare_corpus
+
+    monkeypatch.setenv("ABLATE_CACHE", str(tmp_path / "env-cache"))
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        over = ["scale=tiny", "recipe=tiny", "logger=none", f"results_dir={tmp_path}/results"]
+        cfg = to_dataclass(compose("config", overrides=over + ([f"data.cache_dir={cache}"] if cache else [])))
+    return cfg, lambda: prepare_corpus(cfg.data, log=lambda msg: None)
+
+
+@pytest.mark.parametrize("where", ["ABLATE_CACHE a file", "data.cache_dir a file", "read-only, empty"])
+def test_a_cache_that_cannot_be_written_is_named(tmp_path, monkeypatch, where):
+    cache = tmp_path / ("env-cache" if where == "ABLATE_CACHE a file" else "cache")
+    if "file" in where:
+        cache.write_text("not a folder\n")
+    else:
+        cache.mkdir()
+    _, prepare = _cache_cfg(tmp_path, monkeypatch, None if where.startswith("ABLATE") else str(cache))
+    with contextlib.ExitStack() as stack:
+        if "read-only" in where:
+            stack.enter_context(_read_only(cache))
+        with pytest.raises(DataError) as e:
+            prepare()
+    said = one_line(e.value)
+    assert said.startswith(f"data.cache_dir={cache} (default: $ABLATE_CACHE, else ~/.cache/ablate): "), said
+    assert ("Not a directory" if "file" in where else "Read-only file system") in said
+    assert said.endswith("name a folder this user can write")
+
+
+def test_a_complete_cache_shared_read_only_serves(tmp_path, monkeypatch):
+    cfg, prepare = _cache_cfg(tmp_path, monkeypatch, str(tmp_path / "cache"))
+    built = prepare().root
+    with _read_only(tmp_path / "cache"):
+        assert prepare().root == built
+        rec = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=2)))
+    assert rec["status"] == "finished"

@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ablate.data import degenerate
 from ablate.data.sources import MAX_CHARS, SPLITS, DataError, PairSource, Split, clean_pairs
 from ablate.data.tokenizer import VocabError, load_or_train, model_path, vocab_key
 
@@ -322,6 +323,7 @@ def _build_into(tmp: Path, inputs: Inputs, st: Settings, log: Log) -> None:
             c = cleaned[name] = clean_split(inputs.splits[name], work, name, st)
             log(f"{name}: read {c.lines:,} pairs, kept {c.pairs:,}{_dropped_text(c.dropped)}")
     seconds["read_clean"] = time.perf_counter() - t0
+    _check_sides(cleaned, inputs)
 
     t0 = time.perf_counter()
     key = inputs.corpus_key
@@ -359,6 +361,19 @@ def _build_into(tmp: Path, inputs: Inputs, st: Settings, log: Log) -> None:
         **inputs.meta,
     }
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2))  # last: the folder is complete
+
+
+def _check_sides(cleaned: dict[str, Cleaned], inputs: Inputs) -> None:
+    """Held-out files given by the user must not hold their sides swapped (degenerate.swapped_sides)."""
+    train = cleaned["train"]
+    for name in ("dev", "test"):
+        if name in cleaned and isinstance(inputs.splits[name], list):
+            why = degenerate.swapped_sides(train.src, train.tgt, cleaned[name].src, cleaned[name].tgt)
+            if why:
+                raise DataError(
+                    f"{_describe(inputs.splits[name])}: the {name} sides look swapped: {why}; swap "
+                    f"data.{name}_src and data.{name}_tgt"
+                )
 
 
 def _encode(sp, c: Cleaned, work: Path, tmp: Path, name: str, st: Settings, log: Log) -> dict:

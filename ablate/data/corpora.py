@@ -22,7 +22,7 @@ from functools import partial
 from pathlib import Path
 
 from ablate.config import ConfigError, DataConfig
-from ablate.data import binarize, fingerprint, sources, wmt14
+from ablate.data import binarize, degenerate, fingerprint, sources, wmt14
 from ablate.data.sources import SPLITS, PairSource
 from ablate.data.tokenizer import file_lock
 
@@ -319,12 +319,27 @@ def prepare_corpus(cfg: DataConfig, log: Log = print) -> Prepared:
                 "(python -m ablate.prepare) or name another data.root"
             )
         log(f"{cfg.root}: already prepared, nothing to do")
-        return Prepared(Path(cfg.root))
+        return _said(Prepared(Path(cfg.root)), log)
     key = corpus_cache_key(cfg)
     out = Path(cfg.cache_dir) / "data" / key
+    if out.is_dir() and incomplete(out) is None:  # complete folders never change: read without the lock,
+        log(f"{out}: already prepared, nothing to do")  # so that a cache shared read-only serves
+        return _said(Prepared(out), log)
+    try:
+        return _said(_build_locked(cfg, key, out, log), log)
+    except OSError as e:
+        if not str(e.filename or "").startswith(str(cfg.cache_dir)):
+            raise
+        raise sources.DataError(
+            f"data.cache_dir={cfg.cache_dir} (default: $ABLATE_CACHE, else ~/.cache/ablate): {e.strerror} "
+            f"({e.filename}): the corpus is prepared there; name a folder this user can write"
+        ) from None
+
+
+def _build_locked(cfg: DataConfig, key: str, out: Path, log: Log) -> Prepared:
     with file_lock(out.parent / f".{key}.lock"):
         problem = incomplete(out) if out.exists() else None
-        if out.exists() and problem is None:
+        if out.exists() and problem is None:  # another process prepared it while this one waited
             log(f"{out}: already prepared, nothing to do")
             return Prepared(out)
         if problem:
@@ -336,6 +351,14 @@ def prepare_corpus(cfg: DataConfig, log: Log = print) -> Prepared:
         binarize.build(out, source(cfg).inputs(cfg, log), settings(cfg), log)
         log(f"prepared in {time.perf_counter() - t0:,.0f} s: {out}")
     return Prepared(out)
+
+
+def _said(prepared: Prepared, log: Log) -> Prepared:
+    """The prepared corpus, after what every run using it must hear (degenerate.few_pairs)."""
+    warning = degenerate.few_pairs(int(prepared.meta["splits"]["train"]["pairs"]))
+    if warning:
+        log(warning)
+    return prepared
 
 
 def load_corpus(cfg: DataConfig) -> sources.Corpus:

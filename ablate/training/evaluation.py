@@ -130,11 +130,25 @@ def _split(dm, sp, run_dir: Path, split: str, src: str | None, ref: str | None) 
         from ablate.data.sources import read_lines
 
         src_lines, refs = read_lines(src), read_lines(ref)
-        dm.splits["custom"] = Encoded.from_ids(sp.encode(src_lines), sp.encode(refs))
+        src_ids, ref_ids = sp.encode(src_lines), sp.encode(refs)
+        _fits_one_batch(src, src_ids, dm.max_tokens)
+        _fits_one_batch(ref, ref_ids, dm.max_tokens)
+        dm.splits["custom"] = Encoded.from_ids(src_ids, ref_ids)
         return "custom", refs
     if split not in dm.splits:
         raise ValueError(f"{run_dir}: the data has no {split!r} split")
     return split, dm.references(split)
+
+
+def _fits_one_batch(path: str, ids: list[list[int]], max_tokens: int) -> None:
+    """A sentence of a given file must fit one decoding batch of the run's size (train.max_tokens, with
+    its EOS): the line that does not is named, not the training keys that set the size."""
+    for n, sentence in enumerate(ids, 1):
+        if len(sentence) + 1 > max_tokens:
+            raise ValueError(
+                f"{path} line {n}: {len(sentence):,} wordpieces, more than this run decodes in one batch "
+                f"({max_tokens:,} tokens with EOS); split or shorten the line"
+            )
 
 
 def _decode(module, dm, sp, split: str, n: int) -> list[str]:
