@@ -32,7 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         _check_args(args)
-        torch.set_num_threads(args.threads or load_config(Path(args.run_dir)).trainer.threads or 1)
+        threads = args.threads or load_config(Path(args.run_dir)).trainer.threads or 1
+        if args.threads is None:
+            _note_busy_cores(threads)
+        torch.set_num_threads(threads)
         m = evaluate_run(args.run_dir, args.average, args.split, args.src, args.ref, args.until_step)
     except KeyboardInterrupt:  # evaluations.json is written whole at the end, or not at all
         print("[ablate] stopped: interrupted by Ctrl-C; the run's files are as they were", file=sys.stderr)
@@ -43,6 +46,18 @@ def main(argv: list[str] | None = None) -> int:
     for k, v in m.items():
         print(f"{k:28s} {v:.2f}" if isinstance(v, float) else f"{k:28s} {v}")
     return 0
+
+
+def _note_busy_cores(threads: int) -> None:
+    """The run's note where the machine's other threads leave fewer free cores than the run's threads: a
+    beam-21 parse of section 23 on 2 threads beside a 2-thread training job took 194 s, on 1 thread 71 s,
+    alone 33 s (docs/parsing.md)."""
+    import os
+
+    from ablate.run import oversubscription, running_threads
+
+    if note := oversubscription(threads, os.cpu_count() or 1, running_threads(), knob="--threads"):
+        print(note, file=sys.stderr)
 
 
 def _check_args(args) -> None:

@@ -67,16 +67,17 @@ def _settle_running(cfg: RunConfig | None, reason: str) -> None:
         pass
 
 
-def oversubscription(threads: int, cores: int, others: float) -> str | None:
+def oversubscription(threads: int, cores: int, others: float, knob: str = "trainer.threads") -> str | None:
     """A note where a CPU run's threads and the threads already running elsewhere on the machine (`others`)
     are more than its cores: each thread then waits for a core, and spins while it waits, so two jobs of 2
-    threads on 2 cores each run several times slower than one. None where they fit."""
+    threads on 2 cores each run several times slower than one. None where they fit. `knob` is what sets the
+    threads (`--threads` for ablate.evaluate)."""
     busy = int(round(others))
     if threads + busy <= cores:
         return None
     fits = max(1, cores - busy)
     advice = (
-        f"trainer.threads={fits} fits the free cores"
+        f"{knob}{'=' if knob.startswith('trainer') else ' '}{fits} fits the free cores"
         if fits < threads
         else "this run goes slower than on a free machine"
     )

@@ -22,9 +22,10 @@ The log-softmax the search takes over the allowed pieces renormalizes among them
 
 from __future__ import annotations
 
-import dataclasses
+import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -45,6 +46,7 @@ class PieceTable:
         self.id = {t: i for i, t in enumerate(pieces) if t is not None}
         self.segment = segment  # a word -> its pieces' texts, "▁" first, as sentencepiece splits it
         self._spelling: dict[str, tuple[int, ...]] = {}
+        self._next: dict[tuple[str, str], list[int]] = {}  # the search asks the same few pairs all along
 
     @classmethod
     def from_processor(cls, sp) -> PieceTable:
@@ -64,12 +66,15 @@ class PieceTable:
     def next_piece(self, token: str, written: str) -> list[int]:
         """The piece of `token`'s spelling that follows the text `written` ([] if `written` is no prefix
         of the spelling at a piece boundary)."""
-        done = ""
-        for i in self.spelling(token):
-            if done == written:
-                return [i]
-            done += self.text[i]
-        return []
+        key = (token, written)
+        if key not in self._next:
+            done, self._next[key] = "", []
+            for i in self.spelling(token):
+                if done == written:
+                    self._next[key] = [i]
+                    break
+                done += self.text[i]
+        return self._next[key]
 
     def word_pieces(self, ids: list[int]) -> list[int]:
         """The number of pieces of each word of a source row (ids, EOS and padding included)."""
@@ -90,9 +95,9 @@ class Sentence:
     cap: int  # output tokens allowed, EOS included (decode.max_output_lengths)
 
 
-@dataclass(frozen=True)
-class TreeState:
-    """One row's output so far, read as a tree prefix. Immutable: a beam step copies rows by reference."""
+class TreeState(NamedTuple):
+    """One row's output so far, read as a tree prefix. Immutable: a beam step copies rows by reference (a
+    tuple: a section's search makes about a million of them, and `_replace` is cheap)."""
 
     stack: tuple[str, ...] = ()  # labels of the open constituents, the root first
     filled: bool = False  # the innermost open constituent has a child
@@ -127,6 +132,10 @@ class TreeGrammar:
         # the pieces each opening bracket takes with its close, and its first piece
         self.open_cost = {t: len(table.spelling(t)) + self.close_cost[x] for t, x in self.opens.items()}
         self.open_starts = sorted((c, table.spelling(t)[0]) for t, c in self.open_cost.items())
+        self._start_costs = [c for c, _ in self.open_starts]
+        # the opening brackets by cost: those within a budget are a prefix (bisect), not a scan of them all
+        self._by_cost = sorted(self.open_cost.items(), key=lambda tc: tc[1])
+        self._costs = [c for _, c in self._by_cost]
         self._brackets = {c for t in (*self.opens, *self.closes.values()) for c in t}
         text = [t or "" for t in table.text]
         self.word_start = torch.tensor([t[:1] == SPACE and self._is_word(t[1:]) for t in text])
@@ -171,25 +180,25 @@ class TreeGrammar:
         if words_left and st.stack:
             out.append(self.leaf)
         if words_left:
-            out.extend(t for t, cost in self.open_cost.items() if cost <= open_budget)
+            out.extend(self.opens_within(open_budget))
         if st.stack and st.filled and (len(st.stack) > 1 or not words_left):
             out.append(self.closes[st.stack[-1]])
         return out
+
+    def opens_within(self, budget: int) -> list[str]:
+        """The opening brackets that take at most `budget` pieces with their close."""
+        return [t for t, _ in self._by_cost[: bisect.bisect_right(self._costs, budget)]]
 
     def commit(self, st: TreeState, token: str) -> TreeState:
         """The state after the whole token `token`, which `tokens` allowed."""
         if token in self.opens:
             label = self.opens[token]
             debt = st.close_debt + self.close_cost[label]
-            return dataclasses.replace(
-                st, stack=st.stack + (label,), filled=False, partial="", close_debt=debt
-            )
+            return st._replace(stack=st.stack + (label,), filled=False, partial="", close_debt=debt)
         if st.stack and token == self.closes[st.stack[-1]]:
             root, debt = len(st.stack) == 1, st.close_debt - self.close_cost[st.stack[-1]]
-            return dataclasses.replace(
-                st, stack=st.stack[:-1], filled=True, partial="", closed=root, close_debt=debt
-            )
-        return dataclasses.replace(st, words=st.words + 1, filled=True, partial="")
+            return st._replace(stack=st.stack[:-1], filled=True, partial="", closed=root, close_debt=debt)
+        return st._replace(words=st.words + 1, filled=True, partial="")
 
     def _finish_token(self, st: TreeState, s: Sentence) -> TreeState:
         """At a boundary: the token being written must be one the tree allows whole."""
@@ -198,7 +207,7 @@ class TreeGrammar:
         token, allowed = st.partial[1:], self.tokens(st, s, st.open_budget)
         if token in allowed or (ANY_WORD in allowed and self._is_word(token)):
             return self.commit(st, token)
-        return dataclasses.replace(st, dead=True)
+        return st._replace(dead=True)
 
     def feed(self, st: TreeState, s: Sentence, piece: int) -> TreeState:
         """The state after the search chose `piece` for this row."""
@@ -206,19 +215,19 @@ class TreeGrammar:
             return st
         if piece == EOS:
             st = self._finish_token(st, s)
-            return st if st.closed else dataclasses.replace(st, dead=True)
+            return st if st.closed else st._replace(dead=True)
         text = self.table.text[piece]
         if text is None or st.closed:
-            return dataclasses.replace(st, dead=True)
+            return st._replace(dead=True)
         if text.startswith(SPACE):
             st = self._finish_token(st, s)
-            st = dataclasses.replace(st, partial=text, open_budget=self._open_budget(st, s))
+            st = st._replace(partial=text, open_budget=self._open_budget(st, s))
         elif st.partial:
-            st = dataclasses.replace(st, partial=st.partial + text)
+            st = st._replace(partial=st.partial + text)
         else:
-            return dataclasses.replace(st, dead=True)
+            return st._replace(dead=True)
         allowed = any(self._begins(t, st.partial) for t in self.tokens(st, s, st.open_budget))
-        return dataclasses.replace(st, pieces=st.pieces + 1, dead=st.dead or not allowed)
+        return st._replace(pieces=st.pieces + 1, dead=st.dead or not allowed)
 
     def allowed(self, st: TreeState, s: Sentence) -> Allowed:
         """The pieces this row may write next (never none: a dropped or finished row may write EOS)."""
@@ -245,7 +254,9 @@ class TreeGrammar:
             else:
                 out.ids.append(self.table.spelling(t)[0])
         budget = self._open_budget(st, s)
-        out.ids.extend(first for cost, first in self.open_starts if cost <= budget)
+        out.ids.extend(
+            first for _, first in self.open_starts[: bisect.bisect_right(self._start_costs, budget)]
+        )
         return out if out.ids or out.word_start or out.word_more else Allowed([EOS])
 
 
