@@ -204,3 +204,16 @@ def test_the_pcfg_command_parses_all_of_section_23_and_table4_shows_it(ptb_sampl
 def test_make_parser_refuses_an_unknown_kind():
     with pytest.raises(ValueError, match="unknown baseline 'middle'"):
         make_parser("middle", TOY)
+
+
+def test_the_committed_table4_rebuilds_from_its_records(tmp_path):
+    from pathlib import Path
+
+    from ablate.report.__main__ import main as report
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "table4.md"
+    assert (
+        report(["table4", "--results", str(root / "reports/table4_ptb_sample/runs"), "--out", str(out)]) == 0
+    )
+    assert out.read_text() == (root / "reports/table4_ptb_sample.md").read_text()

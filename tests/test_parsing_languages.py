@@ -82,7 +82,7 @@ def test_every_label_seen_twice_is_one_piece_of_the_recipes_vocabulary(sample, t
 
 @pytest.mark.slow
 def test_the_cpu_recipe_learns_a_parser_on_the_sample(ptb_sample_dir, tmp_path):
-    """experiment=wsj_parsing_cpu for 2,000 of its 25,000 steps (about 4 minutes on 2 cores): its vocabulary,
+    """experiment=wsj_parsing_cpu for 2,000 steps (about 5 minutes on 2 cores): its vocabulary,
     learned on its own training text, keeps every bracket label a piece of its own, its dev F1 is well
     above that of one flat tree per sentence, computed here from the gold trees of section 22, and its
     search (decode.well_formed) leaves the reader nothing to repair."""

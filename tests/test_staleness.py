@@ -105,6 +105,17 @@ def test_the_committed_records_are_current():
 
 
 @needs_git
+def test_the_committed_table4_records_are_current():
+    """The Transformer's run and the three baselines behind reports/table4_ptb_sample.md (task parsing)."""
+    if staleness.uncommitted("parsing"):
+        pytest.skip("the working tree has uncommitted changes to result code")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-c", CHECK, "reports/table4_ptb_sample/runs"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert json.loads(p.stdout) == {"n": 4, "errors": [], "stale": ["None"]}, p.stderr[-2000:]
+
+
+@needs_git
 def test_refactors_listed_as_neutral_keep_the_records_current_and_a_real_change_stales_them(tmp_path):
     """Both sides on the 60 committed records, in a clone: a move and a reformatting of result code, each
     committed and listed as neutral, leave them current; the label-smoothing formula changed stales them,
