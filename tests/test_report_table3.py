@@ -377,7 +377,7 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     parse4 = _write_run(
         res, "parse4", 1, task="parsing",
         extra_metrics={"f1": 90.0, "test_f1": 91.0, "test_n_error": 2, "test_n_repaired": 5, "test_n": 118,
-                       "test_f1_flat": 9.147},
+                       "test_f1_flat": 9.147, "test_f1_lo": 88.5, "test_f1_hi": 93.2},
     )  # fmt: skip
     rec = json.loads((parse4 / "record.json").read_text())  # trained with constituent pairs
     rec["config"]["data"]["constituent_pairs"] = True
@@ -393,12 +393,12 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
     t4 = Path("t4.md").read_text()
     assert (
-        "| ours: parse4 | WSJ only discriminative (data=builtin) | 91.00 | 91.3 | -0.30 | 5/118 | 9.15 |"
-        in t4
+        "| ours: parse4 | WSJ only discriminative (data=builtin) | 91.00 | [88.50, 93.20] | 91.3 | -0.30 "
+        "| 5/118 | 9.15 |" in t4
     )
     assert "EVALB errors 2, over 200 brackets 0" in t4
     assert (
-        "| ours: parse5 | WSJ only discriminative (data=builtin) | 89.50 (dev 22) |  |  | 3/127 | 9.95 |"
+        "| ours: parse5 | WSJ only discriminative (data=builtin) | 89.50 (dev 22) |  |  |  | 3/127 | 9.95 |"
         in t4
     )
     # the runs it chose, named, with what decides their F1 beyond the row
