@@ -364,16 +364,18 @@ def _build_into(tmp: Path, inputs: Inputs, st: Settings, log: Log) -> None:
 
 
 def _check_sides(cleaned: dict[str, Cleaned], inputs: Inputs) -> None:
-    """Held-out files given by the user must not hold their sides swapped (degenerate.swapped_sides)."""
-    train = cleaned["train"]
-    for name in ("dev", "test"):
-        if name in cleaned and isinstance(inputs.splits[name], list):
-            why = degenerate.swapped_sides(train.src, train.tgt, cleaned[name].src, cleaned[name].tgt)
-            if why:
-                raise DataError(
-                    f"{_describe(inputs.splits[name])}: the {name} sides look swapped: {why}; swap "
-                    f"data.{name}_src and data.{name}_tgt"
-                )
+    """Held-out files given by the user must not hold their sides swapped (degenerate.SideWords): the
+    training text's words are read once for dev and test."""
+    given = [n for n in ("dev", "test") if n in cleaned and isinstance(inputs.splits[n], list)]
+    if not given:
+        return
+    sides = degenerate.SideWords(cleaned["train"].src, cleaned["train"].tgt)
+    for name in given:
+        if why := sides.swapped(cleaned[name].src, cleaned[name].tgt):
+            raise DataError(
+                f"{_describe(inputs.splits[name])}: the {name} sides look swapped: {why}; swap "
+                f"data.{name}_src and data.{name}_tgt"
+            )
 
 
 def _encode(sp, c: Cleaned, work: Path, tmp: Path, name: str, st: Settings, log: Log) -> dict:

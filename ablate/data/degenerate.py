@@ -27,20 +27,29 @@ def _shares(words: list[str], *only: set[str]) -> list[float]:
     return [sum(w in o for w in words) / max(1, len(words)) for o in only]
 
 
+class SideWords:
+    """The word types only one side of the training text has: read once, asked of each held-out split."""
+
+    def __init__(self, train_src: Path, train_tgt: Path) -> None:
+        vs, vt = set(_words(train_src, SAMPLE_LINES)), set(_words(train_tgt, SAMPLE_LINES))
+        self.src_only, self.tgt_only = vs - vt, vt - vs
+
+    def swapped(self, src: Path, tgt: Path) -> str | None:
+        """Why the held-out pair `src`/`tgt` (one sentence a line) looks swapped, or None."""
+        s_own, s_other = _shares(_words(src), self.src_only, self.tgt_only)
+        t_other, t_own = _shares(_words(tgt), self.src_only, self.tgt_only)
+        if s_other > 2 * s_own + 0.1 and t_other > 2 * t_own + 0.1:
+            return (
+                f"{s_other:.0%} of the source file's words occur only in the training target text "
+                f"({s_own:.0%} only in the training source), and {t_other:.0%} of the target file's only in "
+                "the training source"
+            )
+        return None
+
+
 def swapped_sides(train_src: Path, train_tgt: Path, src: Path, tgt: Path) -> str | None:
-    """Why the held-out pair `src`/`tgt` (one sentence a line) looks swapped against the training pair, or
-    None. A side's own words are those of its training text that the other side's never has."""
-    vs, vt = set(_words(train_src, SAMPLE_LINES)), set(_words(train_tgt, SAMPLE_LINES))
-    src_only, tgt_only = vs - vt, vt - vs
-    s_own, s_other = _shares(_words(src), src_only, tgt_only)
-    t_other, t_own = _shares(_words(tgt), src_only, tgt_only)
-    if s_other > 2 * s_own + 0.1 and t_other > 2 * t_own + 0.1:
-        return (
-            f"{s_other:.0%} of the source file's words occur only in the training target text "
-            f"({s_own:.0%} only in the training source), and {t_other:.0%} of the target file's only in the "
-            "training source"
-        )
-    return None
+    """`SideWords(train_src, train_tgt).swapped(src, tgt)`, for one held-out pair."""
+    return SideWords(train_src, train_tgt).swapped(src, tgt)
 
 
 def few_pairs(pairs: int) -> str | None:
