@@ -55,8 +55,10 @@ def records(folder: Path) -> list[dict]:
 
 
 def part_tests(args) -> dict:
-    code, tail, wall = run([sys.executable, "-m", "pytest", "-q", "-m", "", "tests/test_gpu.py"], 600)
-    return {"exit": code, "summary": tail.strip().splitlines()[-1] if tail.strip() else "", "wall_s": wall}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-rfEs", "-m", "", "tests/test_gpu.py"]
+    code, tail, wall = run(cmd, 600)
+    summary = tail.strip().splitlines()[-1] if tail.strip() else ""
+    return {"exit": code, "summary": summary, "wall_s": wall, **({"tail": tail} if code else {})}
 
 
 def part_train(args) -> dict:
@@ -138,9 +140,15 @@ def part_k(args) -> dict:
         out[f"k={k}"] = {"exit": code, "wall_s": wall, "rows_per_min": len(by_k[k]) / (wall / 60)}
         if code:
             out[f"k={k}"]["tail"] = tail
+        save(args, "k", out)  # each k as it ends: the part is the check's longest
     first = by_k[args.k[0]]
     out["same_as_k1"] = {f"k={k}": by_k[k] == first for k in args.k[1:]}
     return out
+
+
+def save(args, name: str, value: dict) -> None:
+    args.result[name] = value
+    args.path.write_text(json.dumps(args.result, indent=1) + "\n")
 
 
 PARTS = {"tests": part_tests, "train": part_train, "sweep": part_sweep, "speed": part_speed, "k": part_k}
@@ -165,13 +173,12 @@ def main() -> None:
     if args.dry_run:
         args.steps = min(args.steps, 20)
     args.out.mkdir(parents=True, exist_ok=True)
-    result = {"device": device(), "dry_run": args.dry_run, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    path = args.out / "gpu_check.json"
+    args.result = {"device": device(), "dry_run": args.dry_run, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
+    args.path = args.out / "gpu_check.json"
     for name in args.parts:
         print(f"[gpu_check] {name} ...", flush=True)
-        result[name] = PARTS[name](args)
-        path.write_text(json.dumps(result, indent=1) + "\n")  # after each part: a cut-off run keeps the rest
-        print(json.dumps({name: result[name]}, indent=1)[:2000], flush=True)
+        save(args, name, PARTS[name](args))  # after each part: a cut-off run keeps the rest
+        print(json.dumps({name: args.result[name]}, indent=1)[:2000], flush=True)
 
 
 if __name__ == "__main__":
