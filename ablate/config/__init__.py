@@ -332,6 +332,14 @@ def accumulation(cfg: RunConfig) -> int:
 # ----------------------------------------------------------------------------------------------------------
 # Validation: every check names its key and says what is allowed.
 
+# The values of `task`: for each, where its Task class is (ablate.tasks imports it on demand, so a
+# translation run never imports the parser) and the folders only its runs import (staleness leaves them
+# out of the other tasks' code). The one list of tasks.
+TASKS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "translation": ("ablate.tasks:Task", ()),
+    "parsing": ("ablate.tasks.parsing:ParsingTask", ("ablate/tasks/parsing/", "ablate/data/treebank/")),
+}
+
 _CHOICES = {
     "model.positional": ("sinusoidal", "learned"),
     "model.norm": ("post", "pre"),
@@ -345,7 +353,7 @@ _CHOICES = {
     "trainer.precision": ("32-true", "32", "bf16-mixed", "16-mixed", "bf16-true", "auto"),
     "logger.kind": ("wandb", "csv", "none"),
     "logger.mode": ("auto", "online", "offline", "disabled"),
-    "task": ("translation", "parsing"),
+    "task": tuple(TASKS),
 }
 
 

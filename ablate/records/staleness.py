@@ -5,7 +5,7 @@ the commits listed in `.result-neutral-revs`; a record made from uncommitted cod
 that code is byte for byte the same.**
 
 - The code a task runs is every file under `ablate/` except the orchestration packages (`NOT_RESULT`)
-  and other tasks' own folders (`ablate.tasks.REGISTRY`). A commit's files are classed by the names they
+  and other tasks' own folders (`ablate.config.TASKS`). A commit's files are classed by the names they
   have now, following git's rename detection, so moving a file keeps its class.
 - Each line of `.result-neutral-revs` (git's `.git-blame-ignore-revs` is the precedent) names a commit and
   the tasks whose results it leaves as they were. CI checks every line: a tiny training run at the commit
@@ -22,7 +22,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ablate.tasks import REGISTRY, own_code
+from ablate.config import TASKS
+from ablate.tasks import own_code
 
 PACKAGE = Path(__file__).resolve().parents[1]
 ROOT = PACKAGE.parent
@@ -47,7 +48,7 @@ def runs(task: str, path: str) -> bool:
     """Whether a run of `task` may run the file at `path` (relative to the repository)."""
     if not path.startswith("ablate/") or path.startswith(NOT_RESULT) or "__pycache__" in path:
         return False
-    others = (p for name in REGISTRY if name != task for p in own_code(name))
+    others = (p for name in TASKS if name != task for p in own_code(name))
     return not path.startswith(tuple(others))
 
 

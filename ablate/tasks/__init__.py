@@ -5,7 +5,7 @@ trees and adds EVALB's F1 and a well-formed search.
 A task is reached through `task_of(name)`: the shared code (training, decoding, `ablate.evaluate`) calls
 its hooks and never asks which task it runs. Each task's own code lies in its own folders (`own_code`),
 which no other task imports: staleness (ablate.records.staleness) leaves them out of the other tasks'
-code.
+code. `ablate.config.TASKS` names each task, its class and its folders.
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-# name -> (where its Task class is, the folders only its runs import). Imported on demand: a translation
-# run never imports the parser (tests/test_staleness.py checks Python's import log of a real run).
-REGISTRY: dict[str, tuple[str, tuple[str, ...]]] = {
-    "translation": ("ablate.tasks:Task", ()),
-    "parsing": ("ablate.tasks.parsing:ParsingTask", ("ablate/tasks/parsing/", "ablate/data/treebank/")),
-}
+from ablate.config import TASKS
 
 
 class Task:
@@ -42,11 +37,11 @@ class Task:
 
 
 def task_of(name: str) -> Task:
-    where, _ = REGISTRY[name]
+    where, _ = TASKS[name]
     module, _, cls = where.partition(":")
     return getattr(importlib.import_module(module), cls)()
 
 
 def own_code(name: str) -> tuple[str, ...]:
     """The folders only runs of task `name` import."""
-    return REGISTRY[name][1]
+    return TASKS[name][1]
