@@ -8,8 +8,8 @@ A row is a file conf/model/<row>.yaml; its group is its `group:` key (inherited 
 when absent, as the composed config would have it). A value of `model=` that names a row file stays that
 row (so `E`, `big` and `base` are rows); any other value that names a group becomes that group's rows,
 paper rows in the paper's order, then a user's rows by name. Values keep the order given; a row named twice
-runs once. glob(), range() and interval() values are left to Hydra. Everything else (max_batch_size,
-hydra.sweeper.params, the cartesian product over other keys) is BasicSweeper's.
+runs once. glob() and range() values are left to Hydra's override parser. max_batch_size,
+hydra.sweeper.params and the cartesian product over the keys mean what they mean to Hydra's basic sweeper.
 
 `-m model=B` (one group, no comma) is not a sweep to Hydra, which composes the sweep's own config with it
 before any sweeper runs; so a config source (`ablaterows://`, added after the app's conf/ by a search path
@@ -21,6 +21,7 @@ without `from __future__ import annotations` (the scan executes it before it is 
 @dataclass then fails on string annotations, which would stop every run).
 """
 
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -28,15 +29,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
 from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import Override, ValueType
-from hydra.errors import ConfigCompositionException
+from hydra.core.plugins import Plugins
+from hydra.core.utils import JobReturn
+from hydra.errors import ConfigCompositionException, HydraException
 from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+from hydra.plugins.launcher import Launcher
 from hydra.plugins.search_path_plugin import SearchPathPlugin
+from hydra.plugins.sweeper import Sweeper
+from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from ablate.config.rows import TABLE3_ROWS, group_order, ordered, resolve_row, row_order
@@ -166,23 +171,60 @@ class AblateSweeperConf:
 ConfigStore.instance().store(group="hydra/sweeper", name="ablate", node=AblateSweeperConf, provider="ablate")
 
 
-class AblateSweeper(BasicSweeper):
-    """BasicSweeper with Table 3 groups in `model=` (from the command line and from hydra.sweeper.params)."""
+class AblateSweeper(Sweeper):
+    """The cartesian product of the overrides' values, as Hydra's basic sweeper makes it (keys in the order
+    given, hydra.sweeper.params first, a key given again keeping its first place), with Table 3 groups in
+    `model=`, jobs that do not compose refused alone, finished members skipped and a closing line. Written
+    on Hydra's public `Sweeper` interface: the basic sweeper itself is internal to Hydra (hydra._internal),
+    and its part here is the product and the batches."""
 
     def __init__(self, max_batch_size: int | None = None, params: dict[str, str] | None = None) -> None:
-        super().__init__(max_batch_size=max_batch_size, params=params)
+        super().__init__()
+        self.max_batch_size = max_batch_size
+        self.params = dict(params or {})
+        self.hydra_context: HydraContext | None = None
+        self.config: DictConfig | None = None
+        self.launcher: Launcher | None = None
         self._rows: dict[str, str] | None = None
         self._rejected: list[dict[str, Any]] = []  # jobs whose config does not compose: outcomes
         self._skipped: list[dict[str, Any]] = []  # jobs whose run is finished already: outcomes
 
-    def get_job_batch(self) -> Sequence[Sequence[str]]:
-        """The next batch, less the jobs whose config does not compose (a row file with a YAML error or a
-        misspelt key): each is refused in one line and counted in the sweep's closing line, while the
-        others run (Hydra would stop the whole sweep at the first)."""
+    def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
+        self.hydra_context, self.config = hydra_context, config
+        self.launcher = Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=task_function, config=config
+        )
+
+    def jobs(self, arguments: Sequence[str]) -> list[list[str]]:
+        """Each job's overrides: one value of every key, in the order of the keys."""
+        assert self.hydra_context is not None
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        lines = self._expand([*(f"{k}={v}" for k, v in self.params.items()), *arguments])
+        values: dict[str, list[str]] = {}
+        for ov in parser.parse_overrides(lines):
+            key = ov.get_key_element()
+            if not ov.is_sweep_override():
+                values[key] = [f"{key}={ov.get_value_element_as_str()}"]
+            elif ov.is_discrete_sweep():
+                values[key] = [f"{key}={v}" for v in ov.sweep_string_iterator()]
+            else:
+                raise HydraException(f"{key}: an interval() takes a sweeper that samples it (Optuna's, Ax's)")
+        return [list(job) for job in itertools.product(*values.values())]
+
+    def batches(self, jobs: list[list[str]]) -> list[list[list[str]]]:
+        """Groups of at most hydra.sweeper.max_batch_size jobs (all in one where it is unset), each launched
+        when the one before it has ended."""
+        size = self.max_batch_size if self.max_batch_size and self.max_batch_size > 0 else max(len(jobs), 1)
+        return [jobs[i : i + size] for i in range(0, len(jobs), size)]
+
+    def runnable(self, batch: Sequence[Sequence[str]]) -> list[Sequence[str]]:
+        """The batch less the jobs whose config does not compose (a row file with a YAML error or a misspelt
+        key): each is refused in one line and counted in the sweep's closing line, while the others run
+        (Hydra would stop the whole sweep at the first); less the finished members too."""
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
-        batch = []
-        for overrides in super().get_job_batch():
+        kept = []
+        for overrides in batch:
             try:
                 dcfg = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
@@ -199,8 +241,8 @@ class AblateSweeper(BasicSweeper):
             if done := self._finished(dcfg, list(overrides)):
                 self._skipped.append(done)
                 continue
-            batch.append(overrides)
-        return batch
+            kept.append(overrides)
+        return kept
 
     def _finished(self, dcfg: DictConfig, overrides: list[str]) -> dict[str, Any] | None:
         """The outcome of a member whose run is finished already (the same command would skip it): no job,
@@ -225,9 +267,6 @@ class AblateSweeper(BasicSweeper):
             return None
         return {**outcome(rec["run_id"], "finished", "already finished"), "skipped": True}
 
-    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
-        """Nothing more to check: get_job_batch composed every job of the batch and kept those that do."""
-
     def rows(self) -> dict[str, str]:
         if self._rows is None:
             assert self.hydra_context is not None
@@ -239,20 +278,29 @@ class AblateSweeper(BasicSweeper):
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         return expand_override_lines(list(lines), parser, self.rows)
 
-    def _parse_config(self) -> list[str]:
-        return self._expand(super()._parse_config())
-
     def sweep(self, arguments: list[str]) -> Any:
         """Run the sweep, then say how each member ended, in one line; exit 1 unless all finished."""
         from ablate.jobs import plan
         from ablate.jobs.sweep import summary
 
-        returns = super().sweep(self._expand(arguments))
+        assert self.config is not None and self.launcher is not None
+        jobs = self.jobs(arguments)
+        if not plan.active():  # the sweep's config, as Hydra's sweepers leave it in the sweep's folder
+            sweep_dir = Path(self.config.hydra.sweep.dir)
+            sweep_dir.mkdir(parents=True, exist_ok=True)
+            OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
+        returns: list[Sequence[JobReturn]] = []
+        for batch in self.batches(jobs):
+            if kept := self.runnable(batch):
+                results = self.launcher.launch(kept, initial_job_idx=sum(map(len, returns)))
+                for r in results:
+                    _ = r.return_value  # raises where a job raised, as Hydra's sweepers do
+                returns.append(results)
         if plan.active():  # --plan: each job printed its line; the counts, exit 2 where one is refused
             words = [r.return_value["status"] for batch in returns for r in batch]
-            line, runnable = plan.summary(words + [plan.REFUSED] * len(self._rejected))
+            line, none_refused = plan.summary(words + [plan.REFUSED] * len(self._rejected))
             print(f"[plan] {line}", flush=True)
-            if not runnable:
+            if not none_refused:
                 sys.exit(2)
             return returns
         ran = [r.return_value for batch in returns for r in batch]
