@@ -159,8 +159,6 @@ def main(dcfg: DictConfig) -> dict | None:
     hc = HydraConfig.get()
     multirun = hc.mode.name == "MULTIRUN"
     launcher = hc.runtime.choices.get("hydra/launcher")
-    if plan.active():
-        return _plan(dcfg, list(hc.overrides.task), launcher, multirun)
     cfg = None
     try:
         cfg = member_config(dcfg, list(hc.overrides.task), launcher)
@@ -191,24 +189,6 @@ def main(dcfg: DictConfig) -> dict | None:
     print(summary(rec))
     m = rec.get("metrics", {})
     return outcome(rec["run_id"], rec["status"], rec.get("reason"), dev_bleu=m.get("dev_bleu"))
-
-
-def _plan(dcfg: DictConfig, overrides: list[str], launcher, multirun: bool) -> dict:
-    """--plan: the job's line instead of its training (ablate.jobs.plan); nothing is written."""
-    from ablate.records import identity
-
-    try:
-        cfg = member_config(dcfg, overrides, launcher)
-    except (ConfigError, ValueError) as e:
-        print(f"[plan] {' '.join(overrides)}  refused: {first_line(e)}")
-        word, run_id = plan.REFUSED, " ".join(overrides)
-    else:
-        text, word = plan.line(cfg)
-        print(text)
-        run_id = cfg.model.name if word == plan.REFUSED else identity.run_id(cfg)
-    if word == plan.REFUSED and not multirun:
-        sys.exit(2)
-    return outcome(run_id, word)
 
 
 def results_dir_problem(argv: list[str]) -> str | None:
@@ -334,10 +314,8 @@ def entry(argv: list[str]) -> None:
         sys.exit(2)
     if multirun and QUIET_CHILD_WARNINGS not in sys.warnoptions:
         sys.warnoptions.append(QUIET_CHILD_WARNINGS)
-    scratch = None
     if plan.FLAG in argv:
-        os.environ[plan.ENV] = "1"
-        argv, scratch = plan.planned_argv(argv)
+        argv = plan.planned_argv(argv)
     sys.argv = [sys.argv[0], *argv]
     # Hydra composes each config once, and raises what keeps one from composing (its documented switch)
     # instead of printing it in several lines: said here in one.
@@ -350,11 +328,6 @@ def entry(argv: list[str]) -> None:
     except Exception as e:  # noqa: BLE001 - main() answers for a run; what reaches here is Hydra's
         print(f"error: {_composition_line(e)}", file=sys.stderr, flush=True)
         sys.exit(2)
-    finally:
-        if scratch:
-            import shutil
-
-            shutil.rmtree(scratch, ignore_errors=True)
 
 
 if __name__ == "__main__":

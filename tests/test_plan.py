@@ -238,3 +238,35 @@ def test_a_record_left_running_by_a_failed_write_is_settled_as_failed(tmp_path):
     _settle_running(cfg, "[Errno 28] No space left on device")
     rec = json.loads(path.read_text())
     assert (rec["status"], rec["reason"]) == ("failed", "[Errno 28] No space left on device")
+
+
+def test_the_plan_is_a_launcher_and_plan_is_its_shorthand(tmp_path):
+    """`hydra/launcher=plan` is the plan: `--plan` gives the same lines in place of the launcher a command
+    names; nothing is written, not even Hydra's sweep folder."""
+    sweep = ["-m", "model=A1,A2", "seed=1,2", f"hydra.sweep.dir={tmp_path}/sweep"]
+    direct = _run(tmp_path, *sweep, "hydra/launcher=plan")
+    shorthand = _run(tmp_path, *sweep, "hydra/launcher=joblib_cpu", "hydra.launcher.n_jobs=2", "--plan")
+    assert direct.returncode == shorthand.returncode == 0, direct.stderr[-2000:] + shorthand.stderr[-2000:]
+    assert direct.stdout == shorthand.stdout
+    assert len(_plan_lines(direct.stdout)) == 4
+    assert direct.stdout.strip().splitlines()[-1] == "[plan] plan of 4 runs: 4 to train"
+    assert not (tmp_path / "sweep").exists() and not (tmp_path / "results").exists()
+
+
+def test_the_plan_of_one_run_refuses_what_that_run_refuses(tmp_path):
+    """Without -m, the plan is of that one run: a Table 3 group in `model=` is refused in the run's own
+    words, and a sweep's values are an error, as the run says them."""
+    run = _run(tmp_path, "model=B")
+    planned = _run(tmp_path, "model=B", "--plan")
+    assert run.returncode == planned.returncode == 2
+    said = run.stderr.strip().splitlines()[-1].removeprefix("error: ")
+    assert said.startswith("model=B is a Table 3 group (B1 B2), not a row")
+    assert planned.stdout.strip().splitlines() == [
+        f"[plan] model=B  refused: {said}",
+        "[plan] plan of 1 run: 1 refused",
+    ]
+    p = _run(tmp_path, "model=A1,A2", "--plan")
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.strip() == "error: 2 runs in the command of one run: a sweep takes -m (--multirun)"
+    p = _run(tmp_path, "model=A1", "--plan")
+    assert p.returncode == 0 and len(_plan_lines(p.stdout)) == 1

@@ -1,18 +1,20 @@
-"""`python -m ablate.run -m <overrides> --plan`, or `python -m ablate.jobs.plan -m <overrides>`: each run a
-command would train, and what training it would do, without training anything.
+"""`python -m ablate.run <overrides> --plan` (`-m ... hydra/launcher=plan`), or `python -m ablate.jobs.plan
+<overrides>`: each run a command would train, and what training it would do, without training anything.
 
 One line a job: row, seed, preset, the model it would build (after recipe and scale), its run id, and
 `finished`, `to resume from step k`, `to retry (failed: ...)`, `to train`, `being run by another process`
 or `refused: <the reason training would give>`. The identity is the one training uses
 (ablate.jobs.sweep.member_config, ablate.records.identity.run_id), so the plan and the run agree on what is
 finished. The sweep ends with one line of counts; the exit status is 2 when any job is refused, else 0.
+The launcher `hydra/launcher=plan` (hydra_plugins/ablate_plan) prints each job's line; `--plan` selects it.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+from omegaconf import DictConfig
 
 from ablate.config import ConfigError, RunConfig, effective_model, preset_name, total_steps, validate, varied
 from ablate.errors import first_line
@@ -20,7 +22,7 @@ from ablate.records import folder, identity, store
 from ablate.records.staleness import why_stale
 
 FLAG = "--plan"
-ENV = "ABLATE_PLAN"  # set by ablate.run for the plan's process: the job and the sweeper read it
+LAUNCHER = "hydra/launcher=plan"
 FINISHED, TO_RESUME, TO_RETRY, TO_TRAIN, BUSY, REFUSED = (
     "finished",
     "to resume",
@@ -29,10 +31,6 @@ FINISHED, TO_RESUME, TO_RETRY, TO_TRAIN, BUSY, REFUSED = (
     "being run by another process",
     "refused",
 )
-
-
-def active() -> bool:
-    return os.environ.get(ENV) == "1"
 
 
 def row_problem(cfg: RunConfig) -> str | None:
@@ -129,29 +127,14 @@ def summary(words: list[str]) -> tuple[str, bool]:
     return f"plan of {n} run{'s' if n != 1 else ''}: {', '.join(counts) or 'nothing'}", REFUSED not in words
 
 
-def planned_argv(argv: list[str]) -> tuple[list[str], str]:
-    """(the command line of a plan, the folder to remove afterwards): --plan taken out, the launcher
-    replaced by Hydra's basic one (no job is submitted or started), Hydra's own files written to that
-    folder."""
-    import tempfile
-
-    scratch = tempfile.mkdtemp(prefix="ablate-plan-")
-    kept = [
-        a
-        for a in argv
-        if a != FLAG
-        and not a.startswith(("hydra/launcher=", "hydra.launcher.", "hydra.sweep.dir=", "hydra.run.dir="))
-    ]
-    ours = [
-        "hydra/launcher=basic",
-        f"hydra.sweep.dir={scratch}/multirun",
-        f"hydra.run.dir={scratch}/run",
-        "hydra.output_subdir=null",
-        "hydra/hydra_logging=disabled",
-        "hydra/job_logging=disabled",
-    ]
+def planned_argv(argv: list[str]) -> list[str]:
+    """The command line `--plan` stands for: the same overrides as a multirun under `hydra/launcher=plan`,
+    in place of the launcher it names (and that launcher's settings)."""
+    kept = [a for a in argv if a != FLAG and not a.startswith(("hydra/launcher=", "hydra.launcher."))]
     at = _after_overrides(kept)
-    return [*kept[:at], *ours, *kept[at:]], scratch
+    if any(a in ("-m", "--multirun") for a in kept):
+        return [*kept[:at], LAUNCHER, *kept[at:]]
+    return ["-m", *kept[:at], LAUNCHER, "hydra.launcher.single_run=true", *kept[at:]]
 
 
 # Hydra's options that take a value: the value is not an override
@@ -167,6 +150,28 @@ def _after_overrides(argv: list[str]) -> int:
         if not a.startswith("-") and not (i and argv[i - 1] in _VALUED):
             last = i
     return len(argv) if last is None else last + 1
+
+
+def job(dcfg: DictConfig, overrides: list[str], launcher: str | None) -> tuple[str, dict]:
+    """(the plan's line, the job's outcome for the sweep's closing line) of one composed job."""
+    from ablate.jobs.sweep import member_config, outcome
+
+    try:
+        cfg = member_config(dcfg, overrides, launcher)
+    except (ConfigError, ValueError) as e:
+        label = next((o for o in overrides if o.startswith("model=")), " ".join(overrides))
+        return f"[plan] {label}  refused: {first_line(_cause(e))}", outcome(label, REFUSED)
+    text, word = line(cfg)
+    return text, outcome(cfg.model.name if word == REFUSED else identity.run_id(cfg), word)
+
+
+def _cause(e: BaseException) -> BaseException:
+    """What a config's interpolation raised (a group named as a row), not OmegaConf's wrapper of it."""
+    from omegaconf.errors import InterpolationResolutionError
+
+    while isinstance(e, InterpolationResolutionError) and (e.__cause__ or e.__context__):
+        e = e.__cause__ or e.__context__
+    return e
 
 
 def main() -> None:

@@ -228,11 +228,9 @@ class AblateSweeper(Sweeper):
             try:
                 dcfg = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
-                from ablate.jobs import plan
-
                 reason = _composition_problem(list(overrides), e, loader.get_sources())
                 label = next((o for o in overrides if o.startswith(f"{MODEL_GROUP}=")), " ".join(overrides))
-                if plan.active():
+                if self.planning():
                     print(f"[plan] {label}  refused: {reason}", flush=True)
                 else:
                     print(f"error: {label}: {reason}", file=sys.stderr, flush=True)
@@ -246,10 +244,8 @@ class AblateSweeper(Sweeper):
 
     def _finished(self, dcfg: DictConfig, overrides: list[str]) -> dict[str, Any] | None:
         """The outcome of a member whose run is finished already (the same command would skip it): no job,
-        no process is started for it. None for every other member, and under --plan (it lists them)."""
-        from ablate.jobs import plan
-
-        if plan.active():
+        no process is started for it. None for every other member, and under the plan (it lists them)."""
+        if self.planning():
             return None
         from ablate.jobs.sweep import member_config, outcome
         from ablate.records import identity, store
@@ -267,6 +263,12 @@ class AblateSweeper(Sweeper):
             return None
         return {**outcome(rec["run_id"], "finished", "already finished"), "skipped": True}
 
+    def planning(self) -> bool:
+        """Under hydra/launcher=plan (--plan): jobs are listed, not run, and nothing is written."""
+        from hydra_plugins.ablate_plan.plan_launcher import PlanLauncher
+
+        return isinstance(self.launcher, PlanLauncher)
+
     def rows(self) -> dict[str, str]:
         if self._rows is None:
             assert self.hydra_context is not None
@@ -274,7 +276,11 @@ class AblateSweeper(Sweeper):
         return self._rows
 
     def _expand(self, lines: Sequence[str]) -> list[str]:
+        """Groups in `model=` become their rows; not in the plan of one run, which refuses a group as the
+        run does."""
         assert self.hydra_context is not None
+        if self.planning() and self.launcher.single_run:
+            return list(lines)
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
         return expand_override_lines(list(lines), parser, self.rows)
 
@@ -285,7 +291,13 @@ class AblateSweeper(Sweeper):
 
         assert self.config is not None and self.launcher is not None
         jobs = self.jobs(arguments)
-        if not plan.active():  # the sweep's config, as Hydra's sweepers leave it in the sweep's folder
+        if self.planning() and self.launcher.single_run and len(jobs) > 1:  # `--plan` without -m
+            print(
+                f"error: {len(jobs)} runs in the command of one run: a sweep takes -m (--multirun)",
+                file=sys.stderr,
+            )
+            sys.exit(2)
+        if not self.planning():  # the sweep's config, as Hydra's sweepers leave it in the sweep's folder
             sweep_dir = Path(self.config.hydra.sweep.dir)
             sweep_dir.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -296,7 +308,7 @@ class AblateSweeper(Sweeper):
                 for r in results:
                     _ = r.return_value  # raises where a job raised, as Hydra's sweepers do
                 returns.append(results)
-        if plan.active():  # --plan: each job printed its line; the counts, exit 2 where one is refused
+        if self.planning():  # each job printed its plan line; the counts, exit 2 where one is refused
             words = [r.return_value["status"] for batch in returns for r in batch]
             line, none_refused = plan.summary(words + [plan.REFUSED] * len(self._rejected))
             print(f"[plan] {line}", flush=True)
