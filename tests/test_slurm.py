@@ -489,3 +489,20 @@ def test_a_sweep_whose_members_all_fail_exits_non_zero(tmp_path, launcher):
     assert p.returncode == 1, p.stderr[-3000:]
     (line,) = [x for x in p.stderr.splitlines() if "sweep of 2 runs" in x]
     assert re.fullmatch(r"\[ablate\] sweep of 2 runs: 2 failed \(C1-\w+-s1, C2-\w+-s1\)", line)
+
+
+def test_a_member_is_submitits_checkpointable_and_the_launcher_copies_none_of_it():
+    """The job submitit runs is a `SweepMember`, a submitit Checkpointable: its requeue resubmits the same
+    member with the same arguments through submitit's own `checkpoint`; the launcher itself is no job."""
+    submitit = pytest.importorskip("submitit")
+    import cloudpickle
+
+    from ablate.cluster.slurm_member import SweepMember
+    from hydra_plugins.ablate_slurm.slurm_launcher import AblateSlurmLauncher
+
+    assert SweepMember.checkpoint is submitit.helpers.Checkpointable.checkpoint
+    assert not hasattr(AblateSlurmLauncher, "checkpoint") and not callable(AblateSlurmLauncher(name="x"))
+    member = cloudpickle.loads(cloudpickle.dumps(SweepMember(None, None, {"a": 1})))
+    again = member.checkpoint(["model=A1"], "hydra.sweep.dir", 3, {})
+    assert isinstance(again, submitit.helpers.DelayedSubmission) and again.function is member
+    assert again.args == (["model=A1"], "hydra.sweep.dir", 3, {}) and member.config == {"a": 1}

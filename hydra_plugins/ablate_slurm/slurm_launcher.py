@@ -5,10 +5,11 @@ Before anything is submitted, each member's request is resolved from its own run
 the trainer uses them, CPUs per task from trainer.threads) and checked against what `sinfo` says the partition
 offers; a request no node can hold stops the sweep in one line naming the key. Members with the same request
 go in one job array. Each job asks SLURM for the warning signal (`--signal=USR2@signal_delay_s`) and for
-requeueing; inside the job, ablate.cluster.slurm_job stops training at a checkpoint and requeues the job until
-the run is finished. The launcher waits for every job, and a job that ended without an answer (scancel, a node
-lost, killed at its time limit) is reported by its SLURM state and written into the run's record, so that the
-sweep's closing line (and exit status) tells which runs did not finish.
+requeueing; inside the job, ablate.cluster.slurm_member runs the member (a submitit Checkpointable) and
+ablate.cluster.slurm_job stops training at a checkpoint and requeues the job until the run is finished.
+The launcher waits for every job, and a job that ended without an answer (scancel, a node lost, killed at
+its time limit) is reported by its SLURM state and written into the run's record, so that the sweep's
+closing line (and exit status) tells which runs did not finish.
 
 This module is imported by Hydra's plugin scan on every start: submitit and torch are imported only when
 a sweep is launched.
@@ -22,14 +23,10 @@ from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, JobStatus, run_job, setup_globals
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.launcher import Launcher
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
-
-# submitit counts requeues after a time limit and gives up past this many; ablate.cluster.slurm_job stops
-# a run that makes no progress in an allocation instead, so the count only has to be out of the way.
-MAX_REQUEUES = 10_000
 
 
 @dataclass
@@ -132,16 +129,17 @@ class AblateSlurmLauncher(Launcher):
         groups: dict[Any, list[_Member]] = defaultdict(list)
         for m in members:
             groups[m.request].append(m)
+        from ablate.cluster.slurm_member import SweepMember
+
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)
+        member = SweepMember(self.hydra_context, self.task_function, self.config)
         jobs = {}
         for request, group in groups.items():
-            executor = submitit.AutoExecutor(
-                folder=self.params["submitit_folder"], cluster="slurm", slurm_max_num_timeout=MAX_REQUEUES
-            )
+            executor = submitit.AutoExecutor(folder=self.params["submitit_folder"], cluster="slurm")
             executor.update_parameters(**self._sbatch(request))
             args = [(m.overrides, "hydra.sweep.dir", m.idx, Singleton.get_state()) for m in group]
-            for m, job in zip(group, executor.map_array(self, *zip(*args))):
+            for m, job in zip(group, executor.map_array(member, *zip(*args))):
                 jobs[m.idx] = (m, job)
                 print(f"[ablate] #{m.idx} {m.run_id}: SLURM job {job.job_id} ({_describe(request)})")
         return [jobs[m.idx] for m in members]
@@ -186,37 +184,6 @@ class AblateSlurmLauncher(Launcher):
             said = status.TRANSITIONS[name][1]
             print(f"[ablate] #{member.idx} {member.run_id}: {said}: {reason}", file=sys.stderr)
             return _returned(member.overrides, member.run_id, said, reason)
-
-    # -- inside the job ----------------------------------------------------------------------------------
-
-    def __call__(
-        self, sweep_overrides: list[str], job_dir_key: str, job_num: int, singleton_state: dict
-    ) -> JobReturn:
-        import submitit
-
-        from ablate.cluster import slurm_job
-
-        slurm_job.job().install()  # before Hydra composes: the warning may come at any time
-        Singleton.set_state(singleton_state)
-        setup_globals()
-        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, sweep_overrides)
-        with open_dict(sweep_config.hydra.job) as job:
-            job.id = submitit.JobEnvironment().job_id
-            sweep_config.hydra.job.num = job_num
-        return run_job(
-            hydra_context=self.hydra_context,
-            task_function=self.task_function,
-            config=sweep_config,
-            job_dir_key=job_dir_key,
-            job_subdir_key="hydra.sweep.subdir",
-        )
-
-    def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-        """submitit's protocol, for a warning that comes before ablate.cluster.slurm_job's handler is in
-        place: the same member again (the run resumes from its checkpoint)."""
-        import submitit
-
-        return submitit.helpers.DelayedSubmission(self, *args, **kwargs)
 
 
 def _returned(overrides: list[str], run_id: str, status: str, reason: str) -> JobReturn:

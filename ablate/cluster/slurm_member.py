@@ -1,0 +1,44 @@
+"""One sweep member as a submitit job: what runs on the node when its SLURM job starts.
+
+`SweepMember` is a submitit `Checkpointable`: submitit's own `checkpoint` resubmits the same member with the
+same arguments, so that a warning signal that comes before ablate.cluster.slurm_job's handler is in place
+(while the job is unpickled) still requeues the member, which resumes its run from its checkpoint. From
+the first line of `__call__` on, the job's signals are slurm_job's (`Job.install`).
+
+Imported by hydra/launcher=slurm only when it submits, and on the node by submitit's unpickling: submitit is
+an optional dependency (`pip install -e '.[slurm]'`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import submitit
+from hydra.core.singleton import Singleton
+from hydra.core.utils import JobReturn, run_job, setup_globals
+from omegaconf import DictConfig, open_dict
+
+from ablate.cluster import slurm_job
+
+
+class SweepMember(submitit.helpers.Checkpointable):
+    """Hydra's job for one member of a sweep, run inside its SLURM job as Hydra's launchers run a job."""
+
+    def __init__(self, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
+
+    def __call__(self, overrides: list[str], job_dir_key: str, job_num: int, singleton: dict) -> JobReturn:
+        slurm_job.job().install()  # first: the warning may come at any time
+        Singleton.set_state(singleton)
+        setup_globals()
+        sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
+        with open_dict(sweep_config.hydra.job) as job:
+            job.id = submitit.JobEnvironment().job_id
+            job.num = job_num
+        return run_job(
+            hydra_context=self.hydra_context,
+            task_function=self.task_function,
+            config=sweep_config,
+            job_dir_key=job_dir_key,
+            job_subdir_key="hydra.sweep.subdir",
+        )
