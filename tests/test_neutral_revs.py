@@ -2,6 +2,7 @@
 of each at the commit and at its parent gives every number equal (tests/neutral_revs.py). Staleness
 (ablate.records.staleness) trusts the list; this test is what makes the list true."""
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -37,6 +38,21 @@ def test_a_figure_the_commit_adds_is_no_difference():
     }
     b = {**a, "metrics": {"f1": 50.0, "f1_lo": 40.0}, "curves": [{"step": 1, "f1": 50.0, "f1_lo": 40.0}]}
     assert differences(a, b) == []
+
+
+def test_every_line_names_a_whole_commit_and_known_tasks():
+    """Staleness compares whole commit ids: a line with an abbreviated one would be read and match
+    nothing, leaving the records it was written for stale."""
+    from ablate.config import TASKS
+
+    for n, line in enumerate(NEUTRAL_REVS.read_text().splitlines(), 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        assert len(words) == 2, f"{NEUTRAL_REVS.name} line {n}: '<sha> <task>[,<task>]  # why'"
+        sha, tasks = words
+        assert re.fullmatch("[0-9a-f]{40}", sha), f"{NEUTRAL_REVS.name} line {n}: {sha} is not a whole id"
+        assert set(tasks.split(",")) <= set(TASKS), f"{NEUTRAL_REVS.name} line {n}: tasks are {list(TASKS)}"
 
 
 @pytest.mark.slow
