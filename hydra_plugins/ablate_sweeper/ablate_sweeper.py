@@ -1,4 +1,4 @@
-"""`hydra/sweeper: ablate`: Hydra's BasicSweeper, plus Table 3 group names in the `model` override.
+"""`hydra/sweeper: ablate`: the sweep Hydra's basic sweeper makes, plus Table 3 groups in `model=`.
 
     python -m ablate.run -m model=A,B,C          # A1..A4, B1, B2, C1..C7: 13 jobs, in the paper's order
     python -m ablate.run -m model=A,base seed=1,2,3   # (A1..A4, base) x 3 seeds
