@@ -22,7 +22,8 @@ run)
   export PYTHONPATH=$PWD WANDB_MODE=disabled
   python3 -c "import torch, hydra, ablate.run; print('torch', torch.__version__)" || exit 3
   mkdir -p /tmp/gc && rm -f /tmp/gc/gpu_check.json
-  (while sleep 5; do cp /tmp/gc/gpu_check.json "$OUT/" 2>/dev/null; done) &
+  (while sleep 5; do cp /tmp/gc/gpu_check.json "$OUT/" 2>/dev/null; done) >/dev/null 2>&1 &
+  trap 'kill $! 2>/dev/null' EXIT
   timeout "${BUDGET:-540}" python3 -m benchmarks.gpu_check --out /tmp/gc --multi30k "$PWD/.gpu/multi30k" "$@" \
     >"$OUT/gpu_check.log" 2>&1
   echo "gpu_check exit $?"

@@ -111,7 +111,6 @@ def test_a_sweep_trains_its_good_rows_and_refuses_each_bad_row_file_alone_and_th
     p = _run(tmp_path, "-m", "model=base,A1", "seed=1,2", "--plan", module="ablate.jobs.plan")
     assert p.returncode == 0, p.stderr[-3000:]
     assert _files(tmp_path / "results") | _files(tmp_path / "cache") == before  # nothing written
-    assert not list((tmp_path / "tmp").glob("ablate-plan-*"))  # Hydra's files of the plan are gone
     lines = _plan_lines(p.stdout)
     assert lines[("base", 1)].endswith(f"  {trained['run_id']}  finished")
     assert lines[("A1", 1)].endswith(f"  {ids[('A1', 1)]}  to resume from step 10")
@@ -270,3 +269,21 @@ def test_the_plan_of_one_run_refuses_what_that_run_refuses(tmp_path):
     assert p.stderr.strip() == "error: 2 runs in the command of one run: a sweep takes -m (--multirun)"
     p = _run(tmp_path, "model=A1", "--plan")
     assert p.returncode == 0 and len(_plan_lines(p.stdout)) == 1
+
+
+@pytest.mark.parametrize(
+    "args, rows",
+    [
+        (["experiment=table3_big"], ["base"]),  # hydra.sweeper.params count only in a multirun
+        (["-m", "experiment=table3_big"], ["big"]),
+        (["hydra.mode=MULTIRUN", "model=A1,A2"], ["A1", "A2"]),  # the multirun Hydra's own key asks for
+        (["model=A1", "+hydra.launcher.additional_parameters.account=x"], ["A1"]),  # another launcher's key
+    ],
+)
+def test_the_plan_lists_the_runs_the_command_trains(tmp_path, args, rows):
+    p = _run(tmp_path, *args, "--plan")
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert [row for row, _ in _plan_lines(p.stdout)] == rows
+    if "-m" not in args and "hydra.mode=MULTIRUN" not in args:  # the run itself, as Hydra composes it
+        cfg = _run(tmp_path, "--cfg", "job", *[a for a in args if "hydra.launcher" not in a], "--plan")
+        assert cfg.returncode == 0 and f"  name: {rows[0]}\n" in cfg.stdout

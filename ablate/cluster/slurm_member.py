@@ -1,9 +1,9 @@
 """One sweep member as a submitit job: what runs on the node when its SLURM job starts.
 
 `SweepMember` is a submitit `Checkpointable`: submitit's own `checkpoint` resubmits the same member with the
-same arguments, so that a warning signal that comes before ablate.cluster.slurm_job's handler is in place
-(while the job is unpickled) still requeues the member, which resumes its run from its checkpoint. From
-the first line of `__call__` on, the job's signals are slurm_job's (`Job.install`).
+same arguments, so that a warning signal that comes after submitit has set its handler and before
+ablate.cluster.slurm_job's is in place still requeues the member, which resumes its run from its
+checkpoint. From the first line of `__call__` on, the job's signals are slurm_job's (`Job.install`).
 
 Imported by hydra/launcher=slurm only when it submits, and on the node by submitit's unpickling: submitit is
 an optional dependency (`pip install -e '.[slurm]'`).

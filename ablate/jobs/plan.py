@@ -129,12 +129,20 @@ def summary(words: list[str]) -> tuple[str, bool]:
 
 def planned_argv(argv: list[str]) -> list[str]:
     """The command line `--plan` stands for: the same overrides as a multirun under `hydra/launcher=plan`,
-    in place of the launcher it names (and that launcher's settings)."""
-    kept = [a for a in argv if a != FLAG and not a.startswith(("hydra/launcher=", "hydra.launcher."))]
+    in place of the launcher it names (and that launcher's settings). Beside Hydra's own printing options
+    (--cfg, --info, --help) the command is left to print what it prints."""
+    if any(a.split("=", 1)[0] in _PRINTING for a in argv):
+        return [a for a in argv if a != FLAG]
+    kept = [
+        a for a in argv if a != FLAG and not a.lstrip("+~").startswith(("hydra/launcher=", "hydra.launcher."))
+    ]
     at = _after_overrides(kept)
-    if any(a in ("-m", "--multirun") for a in kept):
+    if any(a in ("-m", "--multirun") or a.lstrip("+").upper() == "HYDRA.MODE=MULTIRUN" for a in kept):
         return [*kept[:at], LAUNCHER, *kept[at:]]
     return ["-m", *kept[:at], LAUNCHER, "hydra.launcher.single_run=true", *kept[at:]]
+
+
+_PRINTING = {"--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
 
 
 # Hydra's options that take a value: the value is not an override

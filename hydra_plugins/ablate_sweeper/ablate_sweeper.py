@@ -196,10 +196,12 @@ class AblateSweeper(Sweeper):
         )
 
     def jobs(self, arguments: Sequence[str]) -> list[list[str]]:
-        """Each job's overrides: one value of every key, in the order of the keys."""
+        """Each job's overrides: one value of every key, in the order of the keys. The plan of one run
+        leaves hydra.sweeper.params out, as Hydra does outside a multirun."""
         assert self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        lines = self._expand([*(f"{k}={v}" for k, v in self.params.items()), *arguments])
+        params = {} if self.planning() and self.launcher.single_run else self.params
+        lines = self._expand([*(f"{k}={v}" for k, v in params.items()), *arguments])
         values: dict[str, list[str]] = {}
         for ov in parser.parse_overrides(lines):
             key = ov.get_key_element()
