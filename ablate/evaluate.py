@@ -49,14 +49,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _note_busy_cores(threads: int) -> None:
-    """The run's note where the machine's other threads leave fewer free cores than the run's threads: a
-    beam-21 parse of section 23 on 2 threads beside a 2-thread training job took 194 s, on 1 thread 71 s,
-    alone 33 s (docs/parsing.md)."""
-    import os
+    """ablate.run's note on busy cores: beside a 2-thread training job, a beam-21 parse of section 23 took
+    194 s on 2 threads, 71 s on 1, 33 s alone (docs/parsing.md)."""
+    from ablate.run import busy_cores_note
 
-    from ablate.run import oversubscription, running_threads
-
-    if note := oversubscription(threads, os.cpu_count() or 1, running_threads(), knob="--threads"):
+    if note := busy_cores_note(threads, knob="--threads "):
         print(note, file=sys.stderr)
 
 

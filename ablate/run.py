@@ -67,17 +67,17 @@ def _settle_running(cfg: RunConfig | None, reason: str) -> None:
         pass
 
 
-def oversubscription(threads: int, cores: int, others: float, knob: str = "trainer.threads") -> str | None:
+def oversubscription(threads: int, cores: int, others: float, knob: str = "trainer.threads=") -> str | None:
     """A note where a CPU run's threads and the threads already running elsewhere on the machine (`others`)
     are more than its cores: each thread then waits for a core, and spins while it waits, so two jobs of 2
     threads on 2 cores each run several times slower than one. None where they fit. `knob` is what sets the
-    threads (`--threads` for ablate.evaluate)."""
+    threads, up to its value (`--threads ` for ablate.evaluate)."""
     busy = int(round(others))
     if threads + busy <= cores:
         return None
     fits = max(1, cores - busy)
     advice = (
-        f"{knob}{'=' if knob.startswith('trainer') else ' '}{fits} fits the free cores"
+        f"{knob}{fits} fits the free cores"
         if fits < threads
         else "this run goes slower than on a free machine"
     )
@@ -118,10 +118,15 @@ def _check_threads(cfg: RunConfig) -> None:
 
     if cfg.trainer.accelerator == "auto" and torch.cuda.is_available():
         return
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     threads = cfg.trainer.threads or torch.get_num_threads()
-    if note := oversubscription(threads * cfg.trainer.devices, cores, running_threads()):
+    if note := busy_cores_note(threads * cfg.trainer.devices):
         print(note, flush=True)
+
+
+def busy_cores_note(threads: int, knob: str = "trainer.threads=") -> str | None:
+    """`oversubscription` on this process's cores (its CPU affinity) and the threads running now."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return oversubscription(threads, cores, running_threads(), knob)
 
 
 def _os_error_line(e: OSError, cfg: RunConfig | None) -> str:

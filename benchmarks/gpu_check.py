@@ -148,7 +148,7 @@ def part_k(args) -> dict:
 
 def save(args, name: str, value: dict) -> None:
     args.result[name] = value
-    args.path.write_text(json.dumps(args.result, indent=1) + "\n")
+    (args.out / "gpu_check.json").write_text(json.dumps(args.result, indent=1) + "\n")
 
 
 PARTS = {"tests": part_tests, "train": part_train, "sweep": part_sweep, "speed": part_speed, "k": part_k}
@@ -174,7 +174,6 @@ def main() -> None:
         args.steps = min(args.steps, 20)
     args.out.mkdir(parents=True, exist_ok=True)
     args.result = {"device": device(), "dry_run": args.dry_run, "started": time.strftime("%Y-%m-%dT%H:%M:%S")}
-    args.path = args.out / "gpu_check.json"
     for name in args.parts:
         print(f"[gpu_check] {name} ...", flush=True)
         save(args, name, PARTS[name](args))  # after each part: a cut-off run keeps the rest

@@ -385,20 +385,19 @@ def test_held_out_sides_swapped_are_refused_before_the_vocabulary(tmp_path, mult
 
 
 def test_held_out_sides_in_order_and_shared_words_are_not_swapped(tmp_path, multi30k_dir):
-    from ablate.data.degenerate import swapped_sides
+    from ablate.data.degenerate import SideWords
 
     plain = {}
     for key, path in _multi30k_files(multi30k_dir).items():
         plain[key] = tmp_path / key
         plain[key].write_bytes(gzip.decompress(path.read_bytes()))
     p = plain
-    assert swapped_sides(p["train_src"], p["train_tgt"], p["dev_src"], p["dev_tgt"]) is None
-    assert swapped_sides(p["train_src"], p["train_tgt"], p["test_src"], p["test_tgt"]) is None
-    assert swapped_sides(
-        p["train_src"], p["train_tgt"], p["dev_tgt"], p["dev_src"]
-    )  # the negative's negative
+    sides = SideWords(p["train_src"], p["train_tgt"])
+    assert sides.swapped(p["dev_src"], p["dev_tgt"]) is None
+    assert sides.swapped(p["test_src"], p["test_tgt"]) is None
+    assert sides.swapped(p["dev_tgt"], p["dev_src"])  # the negative's negative
     # sides that share their words (a copy task): never swapped, whichever way round
-    assert swapped_sides(p["train_src"], p["train_src"], p["dev_src"], p["dev_src"]) is None
+    assert SideWords(p["train_src"], p["train_src"]).swapped(p["dev_src"], p["dev_src"]) is None
 
 
 @pytest.mark.parametrize("pairs, vocab", [(1, 20), (5, 30), (999, 40)])  # a vocabulary each corpus holds

@@ -43,7 +43,7 @@ def test_threads_that_do_not_fit_the_free_cores_are_named(threads, cores, others
 
 def test_evaluate_names_its_own_knob():
     """ablate.evaluate's threads are set by --threads, and its note says so."""
-    assert "; --threads 1 fits the free cores" in oversubscription(2, 2, 2.0, knob="--threads")
+    assert "; --threads 1 fits the free cores" in oversubscription(2, 2, 2.0, knob="--threads ")
 
 
 def test_running_threads_reads_procs_running_less_the_reader():

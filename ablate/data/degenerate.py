@@ -47,11 +47,6 @@ class SideWords:
         return None
 
 
-def swapped_sides(train_src: Path, train_tgt: Path, src: Path, tgt: Path) -> str | None:
-    """`SideWords(train_src, train_tgt).swapped(src, tgt)`, for one held-out pair."""
-    return SideWords(train_src, train_tgt).swapped(src, tgt)
-
-
 def few_pairs(pairs: int) -> str | None:
     """The warning for a training text of `pairs` pairs, or None."""
     if pairs >= MIN_TRAIN_PAIRS:

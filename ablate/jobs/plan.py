@@ -167,10 +167,15 @@ def job(dcfg: DictConfig, overrides: list[str], launcher: str | None) -> tuple[s
     try:
         cfg = member_config(dcfg, overrides, launcher)
     except (ConfigError, ValueError) as e:
-        label = next((o for o in overrides if o.startswith("model=")), " ".join(overrides))
-        return f"[plan] {label}  refused: {first_line(_cause(e))}", outcome(label, REFUSED)
+        name = label(overrides)
+        return f"[plan] {name}  refused: {first_line(_cause(e))}", outcome(name, REFUSED)
     text, word = line(cfg)
     return text, outcome(cfg.model.name if word == REFUSED else identity.run_id(cfg), word)
+
+
+def label(overrides: list[str]) -> str:
+    """How a job that has no run id yet is named: its `model=` override, else all of its overrides."""
+    return next((o for o in overrides if o.startswith("model=")), " ".join(overrides))
 
 
 def _cause(e: BaseException) -> BaseException:

@@ -185,6 +185,8 @@ class AblateSweeper(Sweeper):
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self.launcher: Launcher | None = None
+        self.planning = False  # under hydra/launcher=plan (--plan): jobs are listed, not run; nothing written
+        self.one_run = False  # the plan of a command without -m (the launcher's single_run)
         self._rows: dict[str, str] | None = None
         self._rejected: list[dict[str, Any]] = []  # jobs whose config does not compose: outcomes
         self._skipped: list[dict[str, Any]] = []  # jobs whose run is finished already: outcomes
@@ -194,14 +196,21 @@ class AblateSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(
             hydra_context=hydra_context, task_function=task_function, config=config
         )
+        from hydra_plugins.ablate_plan.plan_launcher import PlanLauncher
+
+        self.planning = isinstance(self.launcher, PlanLauncher)
+        self.one_run = self.planning and self.launcher.single_run
 
     def jobs(self, arguments: Sequence[str]) -> list[list[str]]:
-        """Each job's overrides: one value of every key, in the order of the keys. The plan of one run
-        leaves hydra.sweeper.params out, as Hydra does outside a multirun."""
+        """Each job's overrides: one value of every key, in the order of the keys, groups in `model=` as
+        their rows. The plan of one run leaves hydra.sweeper.params out, as Hydra does outside a multirun,
+        and a group as it is (the run refuses it)."""
         assert self.hydra_context is not None
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        params = {} if self.planning() and self.launcher.single_run else self.params
-        lines = self._expand([*(f"{k}={v}" for k, v in params.items()), *arguments])
+        lines = list(arguments)
+        if not self.one_run:
+            params = [f"{k}={v}" for k, v in self.params.items()]
+            lines = expand_override_lines([*params, *lines], parser, self.rows)
         values: dict[str, list[str]] = {}
         for ov in parser.parse_overrides(lines):
             key = ov.get_key_element()
@@ -223,6 +232,8 @@ class AblateSweeper(Sweeper):
         """The batch less the jobs whose config does not compose (a row file with a YAML error or a misspelt
         key): each is refused in one line and counted in the sweep's closing line, while the others run
         (Hydra would stop the whole sweep at the first); less the finished members too."""
+        from ablate.jobs import plan
+
         assert self.hydra_context is not None and self.config is not None
         loader = self.hydra_context.config_loader
         kept = []
@@ -231,8 +242,8 @@ class AblateSweeper(Sweeper):
                 dcfg = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
                 reason = _composition_problem(list(overrides), e, loader.get_sources())
-                label = next((o for o in overrides if o.startswith(f"{MODEL_GROUP}=")), " ".join(overrides))
-                if self.planning():
+                label = plan.label(overrides)
+                if self.planning:
                     print(f"[plan] {label}  refused: {reason}", flush=True)
                 else:
                     print(f"error: {label}: {reason}", file=sys.stderr, flush=True)
@@ -247,7 +258,7 @@ class AblateSweeper(Sweeper):
     def _finished(self, dcfg: DictConfig, overrides: list[str]) -> dict[str, Any] | None:
         """The outcome of a member whose run is finished already (the same command would skip it): no job,
         no process is started for it. None for every other member, and under the plan (it lists them)."""
-        if self.planning():
+        if self.planning:
             return None
         from ablate.jobs.sweep import member_config, outcome
         from ablate.records import identity, store
@@ -265,26 +276,11 @@ class AblateSweeper(Sweeper):
             return None
         return {**outcome(rec["run_id"], "finished", "already finished"), "skipped": True}
 
-    def planning(self) -> bool:
-        """Under hydra/launcher=plan (--plan): jobs are listed, not run, and nothing is written."""
-        from hydra_plugins.ablate_plan.plan_launcher import PlanLauncher
-
-        return isinstance(self.launcher, PlanLauncher)
-
     def rows(self) -> dict[str, str]:
         if self._rows is None:
             assert self.hydra_context is not None
             self._rows = rows_from_sources(self.hydra_context.config_loader.get_sources())
         return self._rows
-
-    def _expand(self, lines: Sequence[str]) -> list[str]:
-        """Groups in `model=` become their rows; not in the plan of one run, which refuses a group as the
-        run does."""
-        assert self.hydra_context is not None
-        if self.planning() and self.launcher.single_run:
-            return list(lines)
-        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        return expand_override_lines(list(lines), parser, self.rows)
 
     def sweep(self, arguments: list[str]) -> Any:
         """Run the sweep, then say how each member ended, in one line; exit 1 unless all finished."""
@@ -293,13 +289,13 @@ class AblateSweeper(Sweeper):
 
         assert self.config is not None and self.launcher is not None
         jobs = self.jobs(arguments)
-        if self.planning() and self.launcher.single_run and len(jobs) > 1:  # `--plan` without -m
+        if self.one_run and len(jobs) > 1:  # `--plan` without -m
             print(
                 f"error: {len(jobs)} runs in the command of one run: a sweep takes -m (--multirun)",
                 file=sys.stderr,
             )
             sys.exit(2)
-        if not self.planning():  # the sweep's config, as Hydra's sweepers leave it in the sweep's folder
+        if not self.planning:  # the sweep's config, as Hydra's sweepers leave it in the sweep's folder
             sweep_dir = Path(self.config.hydra.sweep.dir)
             sweep_dir.mkdir(parents=True, exist_ok=True)
             OmegaConf.save(self.config, sweep_dir / "multirun.yaml")
@@ -310,7 +306,7 @@ class AblateSweeper(Sweeper):
                 for r in results:
                     _ = r.return_value  # raises where a job raised, as Hydra's sweepers do
                 returns.append(results)
-        if self.planning():  # each job printed its plan line; the counts, exit 2 where one is refused
+        if self.planning:  # each job printed its plan line; the counts, exit 2 where one is refused
             words = [r.return_value["status"] for batch in returns for r in batch]
             line, none_refused = plan.summary(words + [plan.REFUSED] * len(self._rejected))
             print(f"[plan] {line}", flush=True)
