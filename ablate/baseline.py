@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from ablate.config import default_results
 from ablate.data.treebank.tree import to_string
 from ablate.data.treebank.wsj import load_split
 from ablate.errors import first_line
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ablate.baseline", description=__doc__.split("\n\n")[0])
     ap.add_argument("kind", choices=KINDS)
     ap.add_argument("--treebank", required=True, help="<dir>/<section>/*.mrg, as data.treebank_dir")
-    ap.add_argument("--results", default="results", help="where records go (default: results)")
+    ap.add_argument("--results", default=default_results(), help="where records go")
     ap.add_argument("--vertical", type=int, default=Markov.vertical, help="pcfg: 2 = parent annotation")
     ap.add_argument("--horizontal", type=int, default=Markov.horizontal, help="pcfg: siblings remembered")
     args = ap.parse_args(argv)

@@ -66,6 +66,7 @@ def _check_args(args) -> None:
         raise ValueError(f"--threads {args.threads}: at least 1")
     if args.average < 0:
         raise ValueError(f"--average {args.average}: a number of checkpoints, 0 (last.ckpt) or more")
+    _check_finished(Path(args.run_dir), args.until_step)
     if args.average:
         run_dir = Path(args.run_dir)
         last = args.until_step if args.until_step is not None else float("inf")
@@ -75,6 +76,21 @@ def _check_args(args) -> None:
                 f"--average {args.average}: {run_dir / 'checkpoints'} holds {len(have)} step checkpoint(s)"
                 + (f" up to step {args.until_step}" if args.until_step is not None else "")
             )
+
+
+def _check_finished(run_dir: Path, until_step: int | None) -> None:
+    """A run that has not finished has no final figures to evaluate: its last.ckpt is whatever step it
+    reached (or is reaching). Only --until-step names a checkpoint, whose figures are kept apart."""
+    from ablate.records.status import FINISHED
+    from ablate.records.store import RECORD_NAME, read_record
+
+    rec = read_record(run_dir / RECORD_NAME)
+    if rec["status"] != FINISHED and until_step is None:
+        steps = f" at step {rec['steps']}" if rec.get("steps") is not None else ""
+        raise ValueError(
+            f"{run_dir}: the run is {rec['status']}{steps}, not finished: evaluate it once it has finished, "
+            "or name a checkpoint with --until-step S (its figures are printed, the record left as it is)"
+        )
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from ablate.config import ConfigError, RunConfig, register_configs
+from ablate.config import ConfigError, RunConfig, default_results, register_configs
 from ablate.errors import first_line, typed_line
 from ablate.jobs import plan
 from ablate.jobs.sweep import member_config, outcome
@@ -199,7 +199,8 @@ def main(dcfg: DictConfig) -> dict | None:
 def results_dir_problem(argv: list[str]) -> str | None:
     """Hydra makes its folder under results_dir before any code of ours runs, so a results_dir it cannot
     create ends in a traceback of Hydra's: check it first and say it in one line."""
-    value = next((a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("results_dir=")), "results")
+    given = (a.split("=", 1)[1] for a in argv if a.lstrip("+").startswith("results_dir="))
+    value = next(given, default_results())
     if "${" in value:
         return None  # an interpolation: Hydra resolves it
     existing = Path(value).absolute()

@@ -1,4 +1,5 @@
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -27,3 +28,11 @@ def ptb_sample_dir() -> Path:
     if not (PTB_SAMPLE / "22").is_dir():
         pytest.skip(f"the Penn Treebank sample not found at {PTB_SAMPLE} (set ABLATE_PTB_SAMPLE)")
     return PTB_SAMPLE
+
+
+# Every command a test runs keeps off the checkout's results/ and the user's cache (the README's command 1
+# may have filled both): run folders and prepared corpora go to this session's own folders, unless a test
+# names its own (results_dir=, data.cache_dir=, --results).
+_SCRATCH = Path(tempfile.mkdtemp(prefix="ablate-tests-"))
+os.environ["ABLATE_RESULTS"] = str(_SCRATCH / "results")
+os.environ["ABLATE_CACHE"] = str(_SCRATCH / "cache")

@@ -122,3 +122,24 @@ def test_evaluate_decodes_with_the_runs_threads(tmp_path, monkeypatch):
     finally:
         torch.set_num_threads(before)
     assert seen == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "status", ["running", "interrupted", "preempted", "timed_out", "cancelled", "failed"]
+)  # noqa: E501
+def test_a_run_that_has_not_finished_is_refused_in_one_line(tmp_path, capsys, status):
+    """Its last.ckpt is whatever step it reached: figures of it would shadow the finished run's."""
+    import json
+
+    from ablate.evaluate import main
+
+    committed = next(Path(__file__).resolve().parents[1].glob("reports/table3_multi30k/runs/*/*/record.json"))
+    rec = {**json.loads(committed.read_text()), "status": status, "steps": 20}
+    (tmp_path / "record.json").write_text(json.dumps(rec))
+    assert main([str(tmp_path), "--split", "dev"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        f"error: {tmp_path}: the run is {status} at step 20, not finished: evaluate it once it has finished, "
+        "or name a checkpoint with --until-step S (its figures are printed, the record left as it is)"
+    )
+    assert not (tmp_path / "evaluations.json").exists()

@@ -32,6 +32,7 @@ EDITS = {
     "run id a number": ({"run_id": 7}, '"run_id": 7 is not a string'),
     "no run id": ({"run_id": None}, "missing run_id"),
     "an array": ([], "a JSON list, not an object"),
+    "a newer schema": ({"schema_version": 2}, '"schema_version": 2 is not 1, this version\'s'),
     "signature a number": (
         {"metrics": {"dev_bleu_signature": 3}}, '"metrics"."dev_bleu_signature": 3 is not a string'
     ),
@@ -117,13 +118,14 @@ def test_the_training_command_names_an_edited_record_in_one_line(tmp_path):
     assert p.returncode == 0, p.stderr[-2000:]
     (path,) = (tmp_path / "results").rglob("record.json")
     before = json.loads(path.read_text())
-    for change, phrase in (EDITS["metric text"], EDITS["status capitalised"]):
+    evaluate = [sys.executable, "-m", "ablate.evaluate", str(path.parent), "--split", "dev"]
+    for change, phrase in (EDITS["metric text"], EDITS["status capitalised"], EDITS["a newer schema"]):
         _edit(path, change)
-        p = _train(tmp_path)
-        assert p.returncode == 2, p.stderr[-2000:]
-        assert "Traceback" not in p.stderr
-        errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
-        assert len(errors) == 1 and str(path) in errors[0] and phrase in errors[0], p.stderr[-2000:]
+        for p in (_train(tmp_path), subprocess.run(evaluate, cwd=ROOT, capture_output=True, text=True)):
+            assert p.returncode == 2, p.stderr[-2000:]
+            assert "Traceback" not in p.stderr
+            errors = [ln for ln in p.stderr.splitlines() if ln.startswith("error:")]
+            assert len(errors) == 1 and str(path) in errors[0] and phrase in errors[0], p.stderr[-2000:]
         path.write_text(json.dumps(before))
     edited = path.read_text()
     assert json.loads(edited) == before  # the file is left as the user left it

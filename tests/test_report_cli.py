@@ -42,6 +42,13 @@ BAD = {
 }  # fmt: skip
 
 
+@pytest.fixture(autouse=True)
+def _a_users_shell(monkeypatch):
+    """These tests read and name results/ in their own folder, as a user's shell without ABLATE_RESULTS
+    does (tests/conftest.py sets it for every command the other tests run)."""
+    monkeypatch.delenv("ABLATE_RESULTS", raising=False)
+
+
 def _status(argv: list[str]) -> int:
     try:
         return main(argv)

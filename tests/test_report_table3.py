@@ -88,6 +88,13 @@ PAPER_PARAMS = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _a_users_shell(monkeypatch):
+    """These tests read and name results/ in their own folder, as a user's shell without ABLATE_RESULTS
+    does (tests/conftest.py sets it for every command the other tests run)."""
+    monkeypatch.delenv("ABLATE_RESULTS", raising=False)
+
+
 def _sentences(row: str, seed: int) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(1000 * seed + sum(map(ord, row)))
     ref_rng = np.random.default_rng(7)  # the dev set: same references for every run

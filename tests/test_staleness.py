@@ -1,6 +1,7 @@
-"""Staleness (ablate.records.staleness), decided when a record is read: the committed Multi30k records stay
-current through refactors listed as result-neutral and go stale, naming what changed, on a real change;
-reading them never writes them."""
+"""Staleness (ablate.records.staleness), decided when a record is read: comments, docstrings and blank lines
+never stale a record; the committed records stay current through their anchors; an uncommitted change, or
+a committed one to a record that has no anchor, stales them, naming what changed; reading them never
+writes them."""
 
 import hashlib
 import json
@@ -51,10 +52,48 @@ def test_the_code_each_task_runs():
         assert runs("parsing", path) and not runs("translation", path)
 
 
-def test_the_neutral_list_is_read_by_task(tmp_path):
-    f = tmp_path / "revs"
-    f.write_text("# a comment\n" + "a" * 40 + " translation,parsing  # moved\n" + "b" * 40 + " parsing\n\n")
-    assert staleness.neutral_revs(f) == {"translation": {"a" * 40}, "parsing": {"a" * 40, "b" * 40}}
+def test_the_anchors_are_read_by_task(tmp_path):
+    f = tmp_path / "anchors"
+    f.write_text(f"# a comment\n{'a' * 40} translation 0123456789ab  # why\n\n{'b' * 40} parsing x\n")
+    assert staleness.anchors(f) == {"translation": {"0123456789ab": "a" * 40}, "parsing": {"x": "b" * 40}}
+    f.write_text("a" * 40 + " translation\n")
+    with pytest.raises(ValueError, match="anchors line 1: expected '<revision> <task> <code hash>"):
+        staleness.anchors(f)
+
+
+SOURCE = '''"""The module's docstring."""
+
+import math  # a comment
+
+
+def f(x):
+    """f's docstring,
+    on two lines."""
+    # a comment alone
+    s = "a string that is a value"
+    return math.exp(x) + 1
+
+
+class C:
+    'doc'
+
+    y = 2
+'''
+
+
+def test_comments_docstrings_and_blank_lines_are_not_result_text():
+    """Python's tokenizer decides: what is left is the code as it runs, a string that is a value kept."""
+    assert staleness.result_text("m.py", SOURCE.encode()).decode() == (
+        'import math\ndef f(x):\n    s = "a string that is a value"\n    return math.exp(x) + 1\n'
+        "class C:\n    y = 2"
+    )
+    edited = SOURCE.replace("# a comment alone", "# another comment\n\n").replace("f's doc", "F's")
+    same = staleness.result_text("m.py", edited.encode())
+    assert same == staleness.result_text("m.py", SOURCE.encode())
+    for token in (("+ 1", "+ 2"), ("value", "Value"), ("math.exp", "math.log")):
+        changed = staleness.result_text("m.py", SOURCE.replace(*token).encode())
+        assert changed != same, token
+    assert staleness.result_text("rows.csv", b"# kept\n") == b"# kept\n"  # not Python: its bytes
 
 
 def test_a_record_made_from_uncommitted_code_is_current_while_that_code_is(monkeypatch):
@@ -82,9 +121,9 @@ print(json.dumps({"n": len(recs), "errors": errors, "stale": sorted({str(why_sta
 """
 
 
-def _stale(clone: Path) -> dict:
+def _stale(clone: Path, runs: Path | str = RUNS) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    p = subprocess.run([sys.executable, "-c", CHECK, RUNS], cwd=clone, env=env, capture_output=True,
+    p = subprocess.run([sys.executable, "-c", CHECK, str(runs)], cwd=clone, env=env, capture_output=True,
                        text=True, timeout=120)  # fmt: skip
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout)
@@ -115,46 +154,81 @@ def test_the_committed_table4_records_are_current():
     assert json.loads(p.stdout) == {"n": 4, "errors": [], "stale": ["None"]}, p.stderr[-2000:]
 
 
-@needs_git
-def test_refactors_listed_as_neutral_keep_the_records_current_and_a_real_change_stales_them(tmp_path):
-    """Both sides on the 60 committed records, in a clone: a move and a reformatting of result code, each
-    committed and listed as neutral, leave them current; the label-smoothing formula changed stales them,
-    uncommitted and then committed, naming the file and the commit. No record changes by a byte."""
+def _record_at_head(clone: Path) -> Path:
+    """A copy of a committed record, as a run at the clone's HEAD would write it (its code hash, revision)."""
+    code = "from ablate.records import staleness; print(staleness.code_hash('translation'))"
+    hash_now = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=clone, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    rec = json.loads(next((clone / RUNS).rglob("record.json")).read_text())
+    rec.update(code_hash=hash_now, git=_git(clone, "rev-parse", "HEAD"), uncommitted=[])
+    folder = clone.parent / "made_at_head" / rec["run_id"]
+    folder.mkdir(parents=True)
+    (folder / "record.json").write_text(json.dumps(rec))
+    return folder.parent
+
+
+def _clone(tmp_path: Path) -> Path:
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", "--shared", str(ROOT), str(clone)], check=True)
     for k, v in (("user.name", "t"), ("user.email", "t@t")):
         _git(clone, "config", k, v)
+    return clone
+
+
+@needs_git
+def test_comments_and_docstrings_cost_nothing_and_a_real_change_stales(tmp_path):
+    """In a clone: a comment-only and a docstring-only commit to ablate/nn/model.py leave the 60 committed
+    records and a record made at HEAD current, with nothing declared; one token of the label smoothing
+    changed stales all of them while uncommitted, and once committed the record made at HEAD, naming the
+    file (the anchored ones are the anchor check's: the next test). No record changes by a byte."""
+    clone = _clone(tmp_path)
     before = _digest(clone / RUNS)
+    at_head = _record_at_head(clone)
+    model = clone / "ablate/nn/model.py"
+    text = model.read_text()
+    model.write_text(text.replace("\n\n\nclass ", "\n\n\n# a comment, and a blank line\n\nclass ", 1))
+    _git(clone, "commit", "-qam", "a comment")
+    first_doc = text.index('"""') + 3
+    model.write_text(model.read_text()[:first_doc] + "Reworded. " + model.read_text()[first_doc:])
+    _git(clone, "commit", "-qam", "a docstring")
     assert _stale(clone)["stale"] == ["None"]
+    assert _stale(clone, at_head)["stale"] == ["None"]
 
-    def neutral(message: str) -> None:
-        _git(clone, "commit", "-qam", message)
-        with open(clone / ".result-neutral-revs", "a") as f:
-            f.write(f"{_git(clone, 'rev-parse', 'HEAD')} translation,parsing  # {message}\n")
-        _git(clone, "commit", "-qam", "list it as neutral")
-
-    _git(clone, "mv", "ablate/nn/optim.py", "ablate/nn/schedule.py")
-    for p in [*clone.glob("ablate/**/*.py"), *clone.glob("tests/*.py")]:
-        p.write_text(p.read_text().replace("ablate.nn.optim", "ablate.nn.schedule"))
-    neutral("move the optimizer's module")
     loss = clone / "ablate/nn/loss.py"
-    loss.write_text(loss.read_text().replace("\n\n\n", "\n\n\n# reformatted\n\n\n", 1))
-    neutral("reformat loss.py")
-    assert _stale(clone)["stale"] == ["None"]
-
     text = loss.read_text()
     assert text.count("1.0 - eps") >= 1, "the label-smoothing formula moved: point this test at it"
     loss.write_text(text.replace("1.0 - eps", "0.99 - eps", 1))
     assert _stale(clone)["stale"] == ["code changed: uncommitted change to ablate/nn/loss.py"]
-    _git(clone, "commit", "-qam", "smooth differently")
     sha = _git(clone, "rev-parse", "HEAD")[:10]
-    assert _stale(clone)["stale"] == [f"code changed: {sha} (ablate/nn/loss.py)"]
+    assert _stale(clone, at_head)["stale"] == [f"code changed since {sha}: ablate/nn/loss.py"]
+    _git(clone, "commit", "-qam", "smooth differently")
+    assert _stale(clone)["stale"] == ["None"]  # until the anchor check fails
+    assert _stale(clone, at_head)["stale"] == [f"code changed since {sha}: ablate/nn/loss.py"]
 
-    shutil.rmtree(clone / "ablate/tasks/parsing/__pycache__", ignore_errors=True)
-    (clone / "ablate/tasks/parsing/note.py").write_text("# the parser's own code\n")
     _git(clone, "reset", "-q", "--hard", "HEAD~1")  # back to before the real change
-    (clone / "ablate/tasks/parsing/note.py").write_text("# the parser's own code\n")
+    shutil.rmtree(clone / "ablate/tasks/parsing/__pycache__", ignore_errors=True)
+    (clone / "ablate/tasks/parsing/note.py").write_text("X = 1\n")
     _git(clone, "add", ".")
-    _git(clone, "commit", "-qm", "a parser change, unlisted")
-    assert _stale(clone)["stale"] == ["None"]  # translation runs never run the parser
+    _git(clone, "commit", "-qm", "a parser change")
+    assert _stale(clone, at_head)["stale"] == ["None"]  # translation runs never run the parser
     assert _digest(clone / RUNS) == before
+
+
+@needs_git
+@pytest.mark.slow
+def test_the_anchor_check_fails_on_a_real_change_and_holds_without_it(tmp_path):
+    """The other half: in a clone, the anchor check of translation's built-in configuration holds at HEAD
+    and fails once one token of the label smoothing is changed and committed."""
+    clone = _clone(tmp_path)
+    cmd = [sys.executable, "tests/result_anchors.py", "", "translation", "--configs", "builtin"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    held = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=1200)
+    assert held.returncode == 0 and "every anchor of translation holds" in held.stdout, held.stderr[-2000:]
+    loss = clone / "ablate/nn/loss.py"
+    loss.write_text(loss.read_text().replace("1.0 - eps", "0.99 - eps", 1))
+    _git(clone, "commit", "-qam", "smooth differently")
+    failed = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=1200)
+    assert failed.returncode == 1, failed.stdout + failed.stderr[-2000:]
+    assert "translation: builtin base: metrics.dev_ppl" in failed.stdout, failed.stdout

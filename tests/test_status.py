@@ -106,3 +106,17 @@ def test_a_running_record_without_a_live_process_shows_as_interrupted(tmp_path):
     with folder.run_lock(run) as held:
         assert held and status.shown(rec, run) == "running"
     assert status.shown({"status": "finished"}, run) == "finished"
+
+
+def test_no_transition_writes_over_a_record_of_another_schema(tmp_path):
+    """A record a newer version wrote is refused by name, never moved by this version's transitions."""
+    import json
+
+    from ablate.records import status
+
+    path = tmp_path / "record.json"
+    text = json.dumps({"run_id": "r", "status": "running", "schema_version": 2})
+    path.write_text(text)
+    with pytest.raises(ValueError, match=r'"schema_version": 2 is not 1, this version\'s'):
+        status.transition(path, "fail", {"run_id": "r"}, reason="x")
+    assert path.read_text() == text

@@ -17,6 +17,7 @@ or the combination is refused with one line naming the row, the preset and the k
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -52,6 +53,13 @@ class ArchConfig:
 
 
 PAPER_BASE = ArchConfig()
+
+
+def default_results() -> str:
+    """The folder of run folders when none is given: $ABLATE_RESULTS, else `results` (as RunConfig's)."""
+    return os.environ.get("ABLATE_RESULTS", "results")
+
+
 MIN_VOCAB = 8  # data.vocab_size: below this no corpus fits (4 special pieces: pad, unk, bos, eos)
 
 
@@ -189,7 +197,7 @@ class RunConfig:
     base: ArchConfig = field(default_factory=ArchConfig)  # the recipe's base architecture
     seed: int = 1
     task: str = "translation"  # translation | parsing
-    results_dir: str = "results"  # where run folders and records go
+    results_dir: str = "${oc.env:ABLATE_RESULTS,results}"  # where run folders and records go
     sweep_name: str | None = None  # set by the launcher; W&B group
     resume: bool = True  # same identity: skip if finished, resume if interrupted
     experiment: str | None = None

@@ -1,24 +1,28 @@
 """Whether a record is current: decided each time a record is read, never written into it.
 
-The rule: **a record is current when no commit since its revision changed code its task runs, other than
-the commits listed in `.result-neutral-revs`; a record made from uncommitted code is current only while
-that code is byte for byte the same.**
+The rule: **a record is current while its code hash is today's, or is the hash of an anchor of its task
+(`.result-anchors`) and no uncommitted change touches that task's code.**
 
-- The code a task runs is every file under `ablate/` except the orchestration packages (`NOT_RESULT`)
-  and other tasks' own folders (`ablate.config.TASKS`). A commit's files are classed by the names they
-  have now, following git's rename detection, so moving a file keeps its class.
-- Each line of `.result-neutral-revs` (git's `.git-blame-ignore-revs` is the precedent) names a commit and
-  the tasks whose results it leaves as they were. CI checks every line: a tiny training run at the commit
-  and at its parent must give every number equal (tests/test_neutral_revs.py).
-- Uncommitted changes to a task's code count as a change since every record.
-- Where there is no git history (an installed copy), a record is current while its code hash is today's.
+- The code hash covers the code a task runs: every file under `ablate/` except the orchestration
+  packages (`NOT_RESULT`) and other tasks' own folders (`ablate.config.TASKS`), each Python file read
+  as Python's tokenizer reads it, comments, docstrings and blank lines aside (`result_text`). So a
+  comment, a docstring or a blank line never stales a record, and nothing needs declaring for it.
+- An anchor (`<revision> <task> <code hash>  # why`) says: the tiny runs of the task's configurations
+  at that revision give every number today's code gives. CI checks every anchor against HEAD
+  (tests/test_result_anchors.py), so a refactor that keeps the results costs nothing, and a change
+  that does not fails CI until its author moves or removes the anchor, which stales the anchor's
+  records. The list grows with code states that have committed records, never with refactors.
+- An uncommitted change to a task's code counts as a change since every anchor; a record made from
+  uncommitted code is current only while its hash is today's.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import io
 import subprocess
+import tokenize
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +31,7 @@ from ablate.tasks import own_code
 
 PACKAGE = Path(__file__).resolve().parents[1]
 ROOT = PACKAGE.parent
-NEUTRAL_REVS = ROOT / ".result-neutral-revs"
+ANCHORS = ROOT / ".result-anchors"
 
 # Orchestration: where a run is run, what is written about it, the report, the commands that start runs.
 # None of it decides a figure of a run (the config that does is in the record itself).
@@ -42,6 +46,8 @@ NOT_RESULT = (
     "ablate/prepare.py",
     "ablate/run.py",
 )
+_SKIPPED = {tokenize.NL, tokenize.COMMENT, tokenize.ENCODING}
+_STATEMENT_START = {tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENCODING}
 
 
 def runs(task: str, path: str) -> bool:
@@ -52,12 +58,40 @@ def runs(task: str, path: str) -> bool:
     return not path.startswith(tuple(others))
 
 
+def result_text(path: str, data: bytes) -> bytes:
+    """What of a file can change a result: a Python file without its comments, docstrings (a string that
+    is a statement of its own) and blank lines, each line's trailing blanks dropped, as Python's tokenizer
+    finds them; any other file (or Python that does not tokenize) as its bytes."""
+    if not path.endswith(".py"):
+        return data
+    try:
+        tokens = [t for t in tokenize.tokenize(io.BytesIO(data).readline) if t.type != tokenize.ENDMARKER]
+    except (tokenize.TokenError, SyntaxError):
+        return data
+    lines = data.decode("utf-8").split("\n")
+    significant = [t for t in tokens if t.type not in _SKIPPED]
+    drop = [t for t in tokens if t.type == tokenize.COMMENT]
+    for i, t in enumerate(significant):
+        before = significant[i - 1].type if i else tokenize.ENCODING
+        after = significant[i + 1].type if i + 1 < len(significant) else tokenize.NEWLINE
+        if t.type == tokenize.STRING and before in _STATEMENT_START and after == tokenize.NEWLINE:
+            drop.append(t)
+    for t in sorted(drop, key=lambda t: t.start, reverse=True):  # from the end: positions stay valid
+        (r0, c0), (r1, c1) = t.start, t.end
+        lines[r0 - 1 : r1] = [lines[r0 - 1][:c0] + lines[r1 - 1][c1:]]
+    return "\n".join(s.rstrip() for s in lines if s.strip()).encode()
+
+
 @functools.cache  # once a process: the code a process runs is the code it loaded
 def code_hash(task: str) -> str:
-    """One hash of the bytes of every file a run of `task` may run, as they are now."""
+    """One hash of what can change a result (`result_text`) in every file a run of `task` may run."""
+    return _hash({p: (ROOT / p).read_bytes() for p in _package_files() if runs(task, p)})
+
+
+def _hash(files: dict[str, bytes]) -> str:
     h = hashlib.sha256()
-    for path in sorted(p for p in _package_files() if runs(task, p)):
-        h.update(path.encode() + b"\0" + hashlib.sha256((ROOT / path).read_bytes()).digest())
+    for path in sorted(files):
+        h.update(path.encode() + b"\0" + hashlib.sha256(result_text(path, files[path])).digest())
     return h.hexdigest()[:12]
 
 
@@ -85,63 +119,72 @@ def uncommitted(task: str) -> list[str]:
 
 def why_stale(rec: dict[str, Any]) -> str | None:
     """Why `rec` is stale (one phrase naming what changed), or None where it is current."""
-    task = rec.get("task") or "translation"
+    task = rec.get("task", "")
     if rec.get("code_hash") == code_hash(task):
-        return None  # the same bytes
+        return None  # the same code, as Python reads it
+    if rec.get("code_hash") in _anchors().get(task, {}):
+        now = _changed_since_head(task)
+        return f"code changed: uncommitted change to {', '.join(now)}" if now else None
     if rec.get("uncommitted"):
         return f"made from uncommitted code ({', '.join(rec['uncommitted'])}), changed since"
     rev = rec.get("git")
     if not rev:
         return f"code {rec.get('code_hash')} != {code_hash(task)} (the record names no revision)"
-    changes = _changes(rev, task)
-    if changes is None:
+    changed = _changed_since(rev, task)
+    if changed is None:
         return f"code changed since (revision {rev[:10]} is not in this repository's history)"
-    now = _uncommitted_now(task)
-    if now:
-        changes = [*changes, f"uncommitted change to {', '.join(now)}"]
-    return f"code changed: {'; '.join(changes)}" if changes else None
+    more = f" and {len(changed) - 6} more" if len(changed) > 6 else ""
+    return f"code changed since {rev[:10]}: {', '.join(changed[:6]) or 'its files'}{more}"
 
 
 @functools.cache
-def _uncommitted_now(task: str) -> tuple[str, ...]:
-    return tuple(uncommitted(task))
+def _changed_since_head(task: str) -> tuple[str, ...]:
+    """The files of `task`'s code whose `result_text` differs from HEAD's."""
+    return tuple(p for p in uncommitted(task) if _text_at("HEAD", p) != _text_now(p))
 
 
 @functools.cache
-def _changes(rev: str, task: str) -> list[str] | None:
-    """The commits since `rev` that changed `task`'s code and are not listed as neutral for it, each as
-    '<short sha> (<files>)'; None where `rev` is not in this repository's history."""
-    if _git("merge-base", "--is-ancestor", rev, "HEAD") is None:
+def _changed_since(rev: str, task: str) -> list[str] | None:
+    """The files of `task`'s code whose `result_text` differs between `rev` and now (added and removed
+    ones included); None where `rev` is not in this repository's history."""
+    listing = _git("ls-tree", "-r", "--name-only", rev, "--", "ablate")
+    if listing is None:
         return None
-    log = _git("log", "-M", "--name-status", "--format=%x00%H", f"{rev}..HEAD")
-    neutral = neutral_revs().get(task, set())
-    now_name: dict[str, str] = {}  # a path's name at HEAD, learnt walking back through renames
-    out = []
-    for block in (log or "").split("\0")[1:]:
-        sha, *lines = block.strip().splitlines()
-        files = []
-        for line in lines:
-            kind, *paths = line.split("\t")
-            if kind.startswith("R"):
-                now_name[paths[0]] = now_name.get(paths[1], paths[1])
-            files += [now_name.get(p, p) for p in paths]
-        touched = sorted({f for f in files if runs(task, f)})
-        if touched and sha not in neutral:
-            out.append(f"{sha[:10]} ({', '.join(touched)})")
-    return out
+    paths = {p for p in listing.splitlines() if runs(task, p)} | {
+        p for p in _package_files() if runs(task, p)
+    }
+    return sorted(p for p in paths if _text_at(rev, p) != _text_now(p))
 
 
-def neutral_revs(path: Path = NEUTRAL_REVS) -> dict[str, set[str]]:
-    """task -> the commits listed as leaving its results unchanged. A line: '<sha> <task>[,<task>] # why'."""
-    out: dict[str, set[str]] = {}
+def _text_at(rev: str, path: str) -> bytes | None:
+    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, timeout=30)
+    return result_text(path, done.stdout) if done.returncode == 0 else None
+
+
+def _text_now(path: str) -> bytes | None:
+    p = ROOT / path
+    return result_text(path, p.read_bytes()) if p.is_file() else None
+
+
+def anchors(path: Path = ANCHORS) -> dict[str, dict[str, str]]:
+    """task -> {code hash: revision} of the anchors. A line: '<revision> <task> <code hash>  # why'."""
+    out: dict[str, dict[str, str]] = {}
     if not path.is_file():
         return out
-    for line in path.read_text().splitlines():
+    for n, line in enumerate(path.read_text().splitlines(), 1):
         words = line.split("#", 1)[0].split()
-        if len(words) == 2:
-            for task in words[1].split(","):
-                out.setdefault(task, set()).add(words[0])
+        if not words:
+            continue
+        if len(words) != 3:
+            raise ValueError(f"{path.name} line {n}: expected '<revision> <task> <code hash>  # why'")
+        rev, task, h = words
+        out.setdefault(task, {})[h] = rev
     return out
+
+
+@functools.cache
+def _anchors() -> dict[str, dict[str, str]]:
+    return anchors()
 
 
 def _git(*args: str) -> str | None:

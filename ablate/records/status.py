@@ -41,6 +41,13 @@ TRANSITIONS: dict[str, tuple[frozenset, str]] = {
     "cancel": (frozenset({RUNNING, *WAITING}), CANCELLED),
 }
 
+SCHEMA_VERSION = 1  # of the records this version writes and reads; another is refused by every reader
+
+
+def schema_problem(version: Any) -> str:
+    return f'"schema_version": {json.dumps(version)} is not {SCHEMA_VERSION}, this version\'s'
+
+
 CTRL_C = "interrupted by Ctrl-C; the same command resumes it from its last checkpoint"
 
 
@@ -49,11 +56,15 @@ class IllegalTransition(RuntimeError):
 
 
 def on_disk(path: Path) -> str | None:
-    """The status of the record at `path`, None where there is none."""
+    """The status of the record at `path`, None where there is none; a record of another schema version
+    raises its one line (no transition writes over it)."""
     try:
-        return json.loads(Path(path).read_text(encoding="utf-8"))["status"]
+        rec = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None
+    if (version := rec.get("schema_version", SCHEMA_VERSION)) != SCHEMA_VERSION:
+        raise ValueError(f"{path}: not a result record ({schema_problem(version)})")
+    return rec["status"]
 
 
 def transition(path: Path, name: str, rec: dict[str, Any], reason: str | None = None, **fields) -> dict:

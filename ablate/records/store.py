@@ -11,9 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from ablate.records.identity import run_id
-from ablate.records.status import STATUSES
+from ablate.records.status import SCHEMA_VERSION, STATUSES, schema_problem
 
-SCHEMA_VERSION = 1
 RECORD_NAME = "record.json"
 EVALUATIONS = "evaluations.json"  # figures of evaluations after training (ablate.evaluate)
 
@@ -106,6 +105,8 @@ def record_problem(rec: Any) -> str | None:
     missing = [k for k in REQUIRED_FIELDS if k not in rec]
     if missing:
         return f"missing {', '.join(missing)}"
+    if (version := rec.get("schema_version", SCHEMA_VERSION)) != SCHEMA_VERSION:  # never read as ours
+        return schema_problem(version)
     if rec["status"] not in STATUSES:
         return f'"status": {json.dumps(rec["status"])} is not one of {", ".join(STATUSES)}'
     for key, value in rec.items():

@@ -148,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.results is None and args.source == "files":
-        coll.results_dir = Path("results")
+        from ablate.config import default_results
+
+        coll.results_dir = Path(default_results())
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(_selection_line(coll), file=sys.stderr)
@@ -216,7 +218,9 @@ def _written(write, made: list[Path], target: list) -> int:
 
 def _results_dir(args) -> Path:
     if args.source == "files":
-        return Path(args.results or "results")
+        from ablate.config import default_results
+
+        return Path(args.results or default_results())
     from ablate.records.tracking import has_credentials
 
     if args.results or not has_credentials():

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ablate import paper
-from ablate.config import ModelConfig, to_dataclass, total_steps
+from ablate.config import ModelConfig, default_results, to_dataclass, total_steps
 from ablate.config.rows import ordered, resolve_row
 from ablate.records.staleness import why_stale
 from ablate.records.status import shown
@@ -364,13 +364,13 @@ def _one_per_cell(runs: list[Run], rows: RowConfigs, excluded: list[str]) -> dic
 
 
 def collect(
-    results_dir: str | Path = "results",
+    results_dir: str | Path | None = None,
     conf_dir: str | Path | None = None,
     task: str = "translation",
     preset: str | None = None,
     sweep: str | None = None,
 ) -> Collection:
-    results_dir = Path(results_dir)
+    results_dir = Path(results_dir or default_results())
     warnings: list[str] = []
     if not results_dir.exists():
         warnings.append(f"{results_dir}: no such folder (no records)")

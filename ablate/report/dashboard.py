@@ -24,6 +24,7 @@ import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces import expr
 from wandb_workspaces.reports.v2 import internal
 
+from ablate.config import default_results
 from ablate.config.rows import group_order
 from ablate.report.plots import plot_titles
 
@@ -296,7 +297,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m ablate.report dashboard",
         description="A W&B Report for a sweep: saved online, or its spec written offline.",
     )
-    p.add_argument("--results", default="results", help="folder of run folders with record.json")
+    p.add_argument("--results", default=default_results(), help="folder of run folders with record.json")
     p.add_argument("--sweep", default=None, help="the sweep (default: the newest among the records)")
     p.add_argument("--entity", default=None, help="W&B entity (default: the runs' logger.entity, else yours)")
     p.add_argument("--project", default=None, help="W&B project (default: the runs' logger.project)")

@@ -8,7 +8,7 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from ablate import paper
-from ablate.config import ArchConfig, DataConfig, DecodeConfig, TrainConfig, TrainerConfig
+from ablate.config import ArchConfig, DataConfig, DecodeConfig, TrainConfig, TrainerConfig, default_results
 from ablate.records.identity import NOT_IDENTITY
 from ablate.report.analysis import Analysis
 from ablate.report.collect import Run
@@ -91,7 +91,7 @@ def run_overrides(
                 out.append(f"{key}={_hydra_value(v)}")
     if run.rec.get("task", "translation") != "translation":
         out.append(f"task={run.rec['task']}")
-    if results_dir and results_dir != "results":
+    if results_dir and results_dir != default_results():
         out.append(f"results_dir={_hydra_value(results_dir)}")
     return out
 

@@ -21,7 +21,12 @@ STATE=/var/lib/ablate-slurm   # pid files, logs, spool folders
 MARK="# written by ablate tests/slurm/cluster.sh"
 CLUSTER=ablate
 PARTITION=debug
-DB_PASS=ablate-slurm-test     # the local MariaDB user slurmdbd writes with (socket only, test only)
+# slurmdbd's own MariaDB user and database (socket only, test only): named for this script, so that another
+# SLURM set-up's 'slurm' user or slurm_acct_db on the same server is never used nor changed; the password is
+# set at every start, so a user left by an older run of this script cannot refuse slurmdbd
+DB_USER=ablate_slurm
+DB_NAME=ablate_slurm_acct_db
+DB_PASS=ablate-slurm-test
 DB_PID=/run/mysqld/ablate-slurm.pid
 NODES=1
 RESET_DB=0
@@ -99,9 +104,9 @@ PidFile=$STATE/slurmdbd.pid
 LogFile=$STATE/log/slurmdbd.log
 StorageType=accounting_storage/mysql
 StorageHost=localhost
-StorageUser=slurm
+StorageUser=$DB_USER
 StoragePass=$DB_PASS
-StorageLoc=slurm_acct_db
+StorageLoc=$DB_NAME
 EOF
 }
 
@@ -163,10 +168,11 @@ start_mariadb() {
         mariadbd --user=mysql --pid-file="$DB_PID" --skip-networking >"$STATE/log/mariadb.log" 2>&1 &
         wait_for 30 mariadb mariadb -e "select 1"
     fi
-    if [ "$RESET_DB" = 1 ]; then mariadb -e "DROP DATABASE IF EXISTS slurm_acct_db;"; fi
-    mariadb -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
-        CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY '$DB_PASS';
-        GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost';"
+    if [ "$RESET_DB" = 1 ]; then mariadb -e "DROP DATABASE IF EXISTS $DB_NAME;"; fi
+    mariadb -e "CREATE DATABASE IF NOT EXISTS $DB_NAME;
+        CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+        ALTER USER '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASS';
+        GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';"
 }
 
 nodes_up() { [ "$(sinfo -h -N -o %t | grep -cE '^(idle|mix|alloc)')" -eq "$NODES" ]; }

@@ -1,0 +1,179 @@
+"""The behavioural fingerprint behind an anchor of `.result-anchors`: tiny runs of a task's configurations
+(every configuration its committed records ran, shortened, and the built-in one) at the anchor's revision
+and at HEAD, in git worktrees, every number of both compared (the dev and training curves, the final
+metrics, the parameter count, the dev hypotheses' text). A figure HEAD adds (a new metric) is no
+difference: every figure the anchor's run wrote must be there, equal.
+
+    python tests/result_anchors.py [<revision> [translation,parsing]]   # every anchor, or one revision
+
+It runs each revision's own command line (`python -m ablate.run`), which every revision has, so a commit
+that moves or renames every module is checked the same way as one that edits a comment. The corpora of
+the committed records are read from ../shared (MULTI30K_DIR, PTB_SAMPLE_DIR override it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+MULTI30K = Path(os.environ.get("MULTI30K_DIR", SHARED / "multi30k"))
+PTB_SAMPLE = Path(os.environ.get("PTB_SAMPLE_DIR", SHARED / "ptb_sample"))
+BASELINE = "ablate.baseline"  # a configuration that is a baseline's command line, not a training run's
+COMMON = ["trainer=cpu", "trainer.threads=1", "logger=none", "seed=1"]
+SHORT = ["train.val_every=2", "train.checkpoint_every=2", "decode.dev_limit=3"]
+CONFIGS = {  # task -> name -> arguments; each long enough that beam search writes real sentences
+    "translation": {
+        "builtin": ["recipe=tiny", "scale=tiny", "train.max_steps=150", "train.average_last=1"],
+        # the 20 rows of reports/table3_multi30k at its preset, 1/2000 of their steps (4 for base, 12 for
+        # big: a row keeps its step column), the test set decoded in the run above
+        "multi30k": ["-m", "experiment=table3_multi30k", f"data.root={MULTI30K}", "scale.steps=0.0005",
+                     "train.average_last=0", *SHORT],
+    },
+    "parsing": {
+        "builtin": ["experiment=wsj_parsing_builtin", "recipe=tiny", "scale=tiny", "train.max_steps=60",
+                    "decode.well_formed=true"],
+        # reports/table4_ptb_sample's recipe, its time budget left out (the only figure a clock decides)
+        # the baselines beside it (python -m ablate.baseline): the branching trees and the treebank PCFG
+        "right_branching": [BASELINE, "right", "--treebank", str(PTB_SAMPLE)],
+        "pcfg": [BASELINE, "pcfg", "--treebank", str(PTB_SAMPLE)],
+        "ptb_sample": ["experiment=wsj_parsing_cpu", f"data.treebank_dir={PTB_SAMPLE}", "train.max_steps=4",
+                       "train.budget_minutes=null", "train.bleu_every=1", *SHORT],
+    },
+}  # fmt: skip
+TIMING = {"time_s", "tokens_per_s", "train/tokens_per_s"}
+
+
+def tree(rev: str) -> str:
+    """What a tiny run at `rev` depends on: the package, the plugins and the configs, as git tree ids."""
+    return " ".join(_git("rev-parse", f"{rev}:{p}") for p in ("ablate", "hydra_plugins", "conf"))
+
+
+def fingerprint(rev: str | None, task: str, scratch: Path) -> dict:
+    """Every number of the tiny runs of `task` at `rev` (None: the working tree), timings left out, by
+    configuration and row; and the code hashes their records name."""
+    wt = ROOT if rev is None else scratch / f"{task}-{rev[:12]}"
+    if not wt.exists():
+        _git("worktree", "add", "--detach", "-f", str(wt), rev)
+    out_dir = scratch / f"{task}-{rev or 'now'}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHONPATH", "ABLATE_", "WANDB_"))}
+    check = subprocess.run([sys.executable, "-c", "import ablate; print(ablate.__file__)"], cwd=wt, env=env,
+                           capture_output=True, text=True)  # fmt: skip
+    assert check.stdout.startswith(str(wt)), f"{rev}: the run would import {check.stdout.strip()}"
+    out: dict = {"runs": {}, "code_hash": set()}
+    for name, config in CONFIGS[task].items():
+        results = out_dir / "results" / name
+        if config[0] == BASELINE:
+            args = [BASELINE, *config[1:], "--results", str(results)]
+        else:
+            paths = [
+                f"results_dir={results}",
+                f"data.cache_dir={out_dir}/cache",
+                f"hydra.sweep.dir={out_dir}/multirun/{name}",
+                f"hydra.run.dir={out_dir}/outputs/{name}",
+            ]
+            args = ["ablate.run", *config, *COMMON, *paths]
+        p = subprocess.run([sys.executable, "-m", *args], cwd=wt, env=env, capture_output=True, text=True,
+                           timeout=1800)  # fmt: skip
+        if p.returncode != 0:
+            raise RuntimeError(f"{rev} {task} {name}: the tiny run failed: {p.stderr.strip()[-1500:]}")
+        for rec_path in sorted(results.rglob("record.json")):
+            rec = json.loads(rec_path.read_text())
+            out["runs"][f"{name} {rec.get('row')}"] = _numbers(rec, rec_path.parent)
+            out["code_hash"].add(rec.get("code_hash"))
+    return out
+
+
+def _numbers(rec: dict, run: Path) -> dict:
+    if (run / "evaluations.json").is_file():  # figures of an evaluation after training, beside the record
+        rec["metrics"].update(json.loads((run / "evaluations.json").read_text())["metrics"])
+    lines = (run / "curves.jsonl").read_text().splitlines() if (run / "curves.jsonl").is_file() else []
+    rows = [json.loads(line) for line in lines if line.strip()]
+    curves = [{k: v for k, v in row.items() if k not in TIMING} for row in rows]
+    hyp = run / "dev.hyp.txt"
+    return {
+        "status": rec.get("status"),
+        "metrics": {k: v for k, v in rec.get("metrics", {}).items() if not k.endswith("_signature")},
+        "params": rec.get("params"),
+        "steps": rec.get("steps"),
+        "curves": curves,
+        "dev_hyp": hashlib.sha256(hyp.read_bytes()).hexdigest() if hyp.is_file() else None,
+    }
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    """What the anchor's run `a` wrote that today's run `b` changed or left out."""
+    keys = ("status", "params", "steps", "dev_hyp")
+    out = [f"{k}: {a.get(k)} != {b.get(k)}" for k in keys if a.get(k) != b.get(k)]
+    ma, mb = a["metrics"], b["metrics"]
+    out += [
+        f"metrics.{k}: {ma[k]} != {mb.get(k, 'missing')}" for k in sorted(ma) if ma[k] != mb.get(k, object())
+    ]
+    curves_b = [{k: y.get(k) for k in x} for x, y in zip(a["curves"], b["curves"])]
+    if len(a["curves"]) != len(b["curves"]) or a["curves"] != curves_b:
+        at = next((i for i, (x, y) in enumerate(zip(a["curves"], curves_b)) if x != y), None)
+        out.append(f"curves differ (line {at}, {len(a['curves'])} vs {len(b['curves'])} lines)")
+    return out
+
+
+def check(rev: str, task: str, code_hash: str, scratch: Path, cache: dict) -> list[str]:
+    """What differs between the anchor `rev` of `task` and the working tree (empty: the anchor holds)."""
+    key = (tree(rev), task)
+    if key not in cache:
+        cache[key] = fingerprint(rev, task, scratch)
+    if (task, None) not in cache:
+        cache[(task, None)] = fingerprint(None, task, scratch)
+    then, now = cache[key], cache[(task, None)]
+    problems = [f"its runs name code {sorted(then['code_hash'])}"] if then["code_hash"] != {code_hash} else []
+    for run, numbers in then["runs"].items():
+        found = now["runs"].get(run)
+        problems += (
+            [f"{run}: not run now"] if found is None else [f"{run}: {d}" for d in differences(numbers, found)]
+        )
+    return [f"{rev[:10]} {task}: {p}" for p in problems]
+
+
+def check_all(only: str | None, tasks: list[str], scratch: Path) -> list[str]:
+    """What differs for every anchor of `tasks` (only those whose revision starts with `only`, if given)."""
+    from ablate.records.staleness import anchors
+
+    cache: dict = {}
+    return [
+        problem
+        for task, by_hash in sorted(anchors(ROOT / ".result-anchors").items())
+        if task in tasks
+        for code_hash, rev in sorted(by_hash.items())
+        if only is None or rev.startswith(only)
+        for problem in check(rev, task, code_hash, scratch, cache)
+    ]
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
+
+
+if __name__ == "__main__":
+    import argparse
+    import tempfile
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("revision", nargs="?", help="only the anchors whose revision starts so")
+    ap.add_argument("tasks", nargs="?", default=",".join(CONFIGS), help="tasks, comma-separated")
+    ap.add_argument("--configs", help="only these configurations (comma-separated names of CONFIGS)")
+    args = ap.parse_args()
+    if args.configs:
+        keep = set(args.configs.split(","))
+        CONFIGS = {t: {n: c for n, c in by.items() if n in keep} for t, by in CONFIGS.items()}
+    tasks = args.tasks.split(",")
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            found = check_all(args.revision, tasks, Path(d))
+        finally:
+            _git("worktree", "prune")
+    print("\n".join(found) or f"every anchor of {', '.join(tasks)} holds")
+    sys.exit(1 if found else 0)
