@@ -201,7 +201,7 @@ def test_comments_and_docstrings_cost_nothing_and_a_real_change_stales(tmp_path)
     assert text.count("1.0 - eps") >= 1, "the label-smoothing formula moved: point this test at it"
     loss.write_text(text.replace("1.0 - eps", "0.99 - eps", 1))
     assert _stale(clone)["stale"] == ["code changed: uncommitted change to ablate/nn/loss.py"]
-    sha = _git(clone, "rev-parse", "HEAD")[:10]
+    sha = json.loads(next(at_head.rglob("record.json")).read_text())["git"][:10]  # before the comments
     assert _stale(clone, at_head)["stale"] == [f"code changed since {sha}: ablate/nn/loss.py"]
     _git(clone, "commit", "-qam", "smooth differently")
     assert _stale(clone)["stale"] == ["None"]  # until the anchor check fails
@@ -231,4 +231,4 @@ def test_the_anchor_check_fails_on_a_real_change_and_holds_without_it(tmp_path):
     _git(clone, "commit", "-qam", "smooth differently")
     failed = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=1200)
     assert failed.returncode == 1, failed.stdout + failed.stderr[-2000:]
-    assert "translation: builtin base: metrics.dev_ppl" in failed.stdout, failed.stdout
+    assert "translation: builtin base: curves differ" in failed.stdout, failed.stdout  # the loss logged
