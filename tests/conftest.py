@@ -31,7 +31,7 @@ def ptb_sample_dir() -> Path:
 
 
 # Every command a test runs keeps off the checkout's results/ and the user's cache (the README's command 1
-# may have filled both): run folders and prepared corpora go to this session's own folders, unless a test
+# may have filled both): run folders and prepared corpora go to the test run's own folders, unless a test
 # names its own (results_dir=, data.cache_dir=, --results).
 _SCRATCH = Path(tempfile.mkdtemp(prefix="ablate-tests-"))
 os.environ["ABLATE_RESULTS"] = str(_SCRATCH / "results")

@@ -85,13 +85,10 @@ def result_text(path: str, data: bytes) -> bytes:
 @functools.cache  # once a process: the code a process runs is the code it loaded
 def code_hash(task: str) -> str:
     """One hash of what can change a result (`result_text`) in every file a run of `task` may run."""
-    return _hash({p: (ROOT / p).read_bytes() for p in _package_files() if runs(task, p)})
-
-
-def _hash(files: dict[str, bytes]) -> str:
     h = hashlib.sha256()
-    for path in sorted(files):
-        h.update(path.encode() + b"\0" + hashlib.sha256(result_text(path, files[path])).digest())
+    for path in sorted(p for p in _package_files() if runs(task, p)):
+        text = result_text(path, (ROOT / path).read_bytes())
+        h.update(path.encode() + b"\0" + hashlib.sha256(text).digest())
     return h.hexdigest()[:12]
 
 
