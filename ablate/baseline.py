@@ -23,7 +23,7 @@ from pathlib import Path
 from ablate.config import default_results
 from ablate.data.treebank.tree import to_string
 from ablate.data.treebank.wsj import load_split
-from ablate.errors import first_line
+from ablate.errors import doing, first_line, os_error_line
 from ablate.records import status
 from ablate.records.folder import atomic_write_text, run_lock
 from ablate.records.store import RECORD_NAME, baseline_record
@@ -53,9 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         with run_lock(folder) as mine:
             if not mine:
                 raise ValueError(f"{folder}: another process is running this baseline")
-            return _run(folder, run_id, row, config, args)
+            with doing(f"running the baseline in {folder}"):
+                return _run(folder, run_id, row, config, args)
     except (OSError, ValueError) as e:
-        print(f"error: {first_line(e)}", file=sys.stderr)
+        print(f"error: {os_error_line(e) if isinstance(e, OSError) else first_line(e)}", file=sys.stderr)
         return 2
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 
 def first_line(e: BaseException | str) -> str:
     """The first line of a message (an exception's, or a text), or the exception's type where it is empty."""
@@ -13,3 +15,23 @@ def typed_line(e: BaseException) -> str:
     """'<type>: <first line>', at most 500 characters: a failure as a record's reason gives it."""
     lines = str(e).strip().splitlines()
     return f"{type(e).__name__}: {lines[0] if lines else ''}"[:500]
+
+
+@contextlib.contextmanager
+def doing(what: str):
+    """Say what was being done in an OSError that names no file (a full disk's `[Errno 28] No space left
+    on device` comes from a write that knows no name): the innermost `doing` such an error leaves says it,
+    naming the folder whose disk is full. An error raised with a message only (errno None) names its
+    path itself."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and e.errno is not None and not hasattr(e, "ablate_doing"):
+            e.ablate_doing = what
+        raise
+
+
+def os_error_line(e: OSError) -> str:
+    """An OSError in one line: its file where it names one, else what was being done where that is known."""
+    what = getattr(e, "ablate_doing", None)
+    return first_line(e) + (f" ({what})" if what else "")

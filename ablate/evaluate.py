@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ablate.errors import first_line, os_error_line
 from ablate.records.folder import step_checkpoints, step_of
 from ablate.training.evaluation import evaluate_run, load_config
 
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         print("[ablate] stopped: interrupted by Ctrl-C; the run's files are as they were", file=sys.stderr)
         return 130
     except (ValueError, OSError) as e:
-        print(f"error: {str(e).splitlines()[0]}", file=sys.stderr)
+        print(f"error: {os_error_line(e) if isinstance(e, OSError) else first_line(e)}", file=sys.stderr)
         return 2
     for k, v in m.items():
         print(f"{k:28s} {v:.2f}" if isinstance(v, float) else f"{k:28s} {v}")

@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from ablate.config import ConfigError, RunConfig, default_results, register_configs
-from ablate.errors import first_line, typed_line
+from ablate.errors import first_line, os_error_line, typed_line
 from ablate.jobs import plan
 from ablate.jobs.sweep import member_config, outcome
 from ablate.records.status import CTRL_C
@@ -129,20 +129,6 @@ def busy_cores_note(threads: int, knob: str = "trainer.threads=") -> str | None:
     return oversubscription(threads, cores, running_threads(), knob)
 
 
-def _os_error_line(e: OSError, cfg: RunConfig | None) -> str:
-    """An OSError in one line that names where: its file, else the run's folder (a full disk raises from a
-    write that knows no name: `[Errno 28] No space left on device`)."""
-    line = first_line(e)
-    if e.filename is None and cfg is not None:
-        from ablate.records import identity
-
-        try:
-            line += f" (writing the run {identity.run_dir(cfg)})"
-        except Exception:  # noqa: BLE001 - the folder cannot be named: the error as it is
-            pass
-    return line
-
-
 def _f1_line(m: dict) -> str:
     """The dev F1 with what tells a parser from a flat tree: the outputs repaired, the flat-tree floor."""
     floor = f"; one flat tree a sentence: {m['f1_flat']:.2f}" if m.get("f1_flat") is not None else ""
@@ -176,7 +162,7 @@ def main(dcfg: DictConfig) -> dict | None:
             raise KeyboardInterrupt from None
         raise
     except (ConfigError, ValueError, OSError) as e:
-        line = _os_error_line(e, cfg) if isinstance(e, OSError) else _error_line(e)
+        line = os_error_line(e) if isinstance(e, OSError) else _error_line(e)
         print(f"error: {line}", file=sys.stderr)
         if isinstance(e, OSError):
             _settle_running(cfg, line)

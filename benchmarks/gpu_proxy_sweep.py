@@ -28,7 +28,7 @@ from pathlib import Path
 
 import sacrebleu
 
-from ablate.records.store import with_evaluations
+from ablate.records import evaluations
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,8 +55,11 @@ def summarize(name: str, overrides: str, a, wall: float) -> dict:
     if not recs:
         return {"trial": name, "overrides": overrides, "status": "no record"}
     run = recs[0].parent
-    r = with_evaluations(json.loads(recs[0].read_text()), run)  # test figures: evaluations.json
-    m = r["metrics"]
+    r = json.loads(recs[0].read_text())
+    m = dict(r["metrics"])
+    for e in evaluations.read(run, r["run_id"]):  # test figures: the run's evaluations, each a file
+        m.update(e.metrics)
+        r.setdefault("files", {}).update(e.files)
     out = dict(trial=name, overrides=overrides, status=r["status"], steps=r["steps"], params=r["params"])
     out.update(
         wall_min=round(wall / 60, 1), dev_ppl=round(m["dev_ppl"], 2), dev_bleu=round(m["dev_bleu"], 2),

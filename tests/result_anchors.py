@@ -93,8 +93,11 @@ def fingerprint(rev: str | None, task: str, scratch: Path) -> dict:
 
 
 def _numbers(rec: dict, run: Path) -> dict:
-    if (run / "evaluations.json").is_file():  # figures of an evaluation after training, beside the record
-        rec["metrics"].update(json.loads((run / "evaluations.json").read_text())["metrics"])
+    # figures of evaluations after training, beside the record: one merged evaluations.json (older
+    # revisions), or one file per protocol under evaluations/
+    done = [run / "evaluations.json"] + sorted((run / "evaluations").glob("*.json"))
+    for path in (p for p in done if p.is_file()):
+        rec["metrics"].update(json.loads(path.read_text())["metrics"])
     lines = (run / "curves.jsonl").read_text().splitlines() if (run / "curves.jsonl").is_file() else []
     rows = [json.loads(line) for line in lines if line.strip()]
     curves = [{k: v for k, v in row.items() if k not in TIMING} for row in rows]

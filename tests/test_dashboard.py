@@ -242,7 +242,22 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     rec.write_text(json.dumps(_record("base", "base")))
     assert report_main(["dashboard", "--results", str(tmp_path / "r"), "--sweep", "nope"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "nope" in err and "sw1" in err
+    assert err == f"error: no records of sweep 'nope' under {tmp_path / 'r'} (sweeps: sw1)\n"
+
+
+def test_a_sweep_whose_runs_never_started_w_and_b_is_said_as_such(tmp_path, capsys):
+    """Runs that failed before training (W&B forced online without a server) started no W&B run: the
+    message says what the records are, not that the sweep it lists has no runs."""
+    reason = "W&B: WANDB_MODE=online, but api.wandb.ai not reachable within 5s; set WANDB_MODE=offline"
+    for row in ("base", "A1"):
+        rec = tmp_path / row / "x" / "record.json"
+        rec.parent.mkdir(parents=True)
+        rec.write_text(json.dumps(_record(row, row, status="failed", reason=reason, metrics={})))
+    assert report_main(["dashboard", "--results", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: sweep 'sw1' under {tmp_path}: 2 record(s) (2 failed), none with a W&B run: a run that "
+        f"failed before training started none (first reason: {reason})\n"
+    )
 
 
 def _run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:

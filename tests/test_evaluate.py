@@ -62,15 +62,19 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     assert "test_bleu " in q.stdout and "test_bleu_tok" in q.stdout
     import json
 
-    from ablate.records.store import find_records
+    from ablate.records import evaluations
+    from ablate.records.evaluations import Protocol
 
-    # The record stays as its run wrote it; the evaluation's figures lie beside it, and readers see both.
+    # The record stays as its run wrote it; the evaluation is a fact of its own under its protocol.
     written = (run_dir / "record.json").read_bytes()
-    assert "test_bleu" not in json.loads(written)["metrics"]
-    (rec,), _ = find_records(run_dir.parent)
-    assert rec["metrics"]["test_averaged_checkpoints"] == 2 and rec["metrics"]["test_sentences"] == 40
-    assert rec["files"]["test_hyp"] == "test.avg2.hyp.txt" and (run_dir / "test.avg2.hyp.txt").is_file()
-    # A curve point: only checkpoints up to step 10, its own hypotheses file, the record left as it was.
+    rec = json.loads(written)
+    assert "test_bleu" not in rec["metrics"]
+    (ev,) = evaluations.read(run_dir, rec["run_id"])
+    assert ev.protocol == Protocol("test", 2) and ev.protocol.steps == (15, 20)
+    assert ev.metrics["test_averaged_checkpoints"] == 2 and ev.metrics["test_sentences"] == 40
+    assert ev.files["test_hyp"] == "test.avg2.hyp.txt" and (run_dir / "test.avg2.hyp.txt").is_file()
+    assert not ev.by_run and ev.path == run_dir / "evaluations" / "test.avg2.json"
+    # A curve point: only checkpoints up to step 10, its own hypotheses file and protocol.
     r = subprocess.run(
         [sys.executable, "-m", "ablate.evaluate", str(run_dir), "--average", "1", "--until-step", "10"],
         cwd=ROOT,
@@ -81,7 +85,9 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     assert r.returncode == 0, r.stderr[-2000:]
     assert (run_dir / "test.step10.avg1.hyp.txt").is_file()
     assert (run_dir / "record.json").read_bytes() == written
-    assert find_records(run_dir.parent)[0][0]["metrics"] == rec["metrics"]
+    both = evaluations.read(run_dir, rec["run_id"])
+    assert [e.protocol for e in both] == [Protocol("test", 2), Protocol("test", 1, 10)]
+    assert both[0].metrics == ev.metrics  # the earlier evaluation stays as it was
     times = [json.loads(line).get("time_s") for line in (run_dir / "curves.jsonl").read_text().splitlines()]
     assert any(t is not None and t > 0 for t in times)  # the minute axis of benchmarks/multi30k_curve.py
     # What evaluate_run would ignore or clip is refused in one line, before anything is decoded or written.

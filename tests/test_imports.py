@@ -123,3 +123,18 @@ def test_the_layer_checker_finds_an_upward_import():
     table = {"ablate.nn": 1, "ablate.report": 9}
     assert layer_of("ablate.nn.model", table) == 1 and layer_of("ablate.report", table) == 9
     assert layer_of("ablate.other", table) is None
+
+
+def test_hydra_s_plugin_scan_imports_no_torch():
+    """Hydra imports every plugin module at each command's start (`hydra_plugins.*`): the sweeper's module
+    imports neither torch nor Lightning, as hydra-submitit-launcher keeps submitit out of its scan."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, hydra_plugins.ablate_sweeper.ablate_sweeper as m; "
+        "print(sorted(n for n in ('torch', 'pytorch_lightning', 'wandb') if n in sys.modules))"
+    )
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.strip() == "[]"

@@ -129,6 +129,31 @@ def test_wsj_errors_name_the_path(tmp_path):
         load_split(FIXTURES / "wsj", "validation")
 
 
+@pytest.mark.parametrize("split", ["train", "dev", "test"])
+@pytest.mark.parametrize("content", ["", "\n\n", " \t\n  "])
+def test_a_treebank_file_without_trees_is_refused_with_its_split_and_the_trees_read(
+    treebank, tmp_path, split, content
+):
+    """An emptied (or cut-short) .mrg file inside any split is refused, naming the file, its section and
+    split, and the trees read before it: never a split that shrinks without a word."""
+    import shutil
+
+    from ablate.data.treebank.wsj import SPLITS, section_files
+
+    copy = tmp_path / "wsj"
+    shutil.copytree(treebank, copy)
+    section = SPLITS[split][-1]
+    files = section_files(copy, section)
+    files[-1].write_text(content)
+    before = len(load_wsj(treebank, SPLITS[split][:-1])) + len([t for f in files[:-1] for t in read_mrg(f)])
+    with pytest.raises(ValueError) as e:
+        load_split(copy, split)
+    assert str(e.value) == (
+        f"{files[-1]}: no trees in this file (section {section} of the {split} split; {before:,} trees read "
+        "before it): restore it or remove it from the treebank"
+    )
+
+
 def test_load_silver(tmp_path):
     trees = load_silver(FIXTURES / "silver.txt")
     assert [to_string(t) for t in trees] == [

@@ -250,10 +250,10 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
     evaluate = [sys.executable, "-m", "ablate.evaluate", str(run), "--split", "test"]
     q = subprocess.run(evaluate, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert q.returncode == 0, q.stderr[-3000:]
-    from ablate.records.store import find_records
+    from ablate.records import evaluations
 
-    (read,), _ = find_records(tmp_path / "results")  # the record with evaluate's figures beside it
-    m = read["metrics"]
+    (ev,) = evaluations.read(run, rec["run_id"])  # evaluate's figures, a fact beside the record
+    m = ev.metrics
     assert "test_f1" not in json.loads(records[0].read_text())["metrics"]
     assert 0.0 <= m["test_f1"] <= 100.0 and m["test_n"] == rec["data"]["splits"]["test"]["pairs"]
     assert m["test_n_over_200_brackets"] == 0 and "test_n_error" in m

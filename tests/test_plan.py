@@ -206,16 +206,61 @@ def test_overrides_that_do_not_compose_are_one_line(tmp_path, overrides, line):
     assert "HYDRA_FULL_ERROR" not in p.stderr and not list(tmp_path.rglob("record.json"))
 
 
-def test_an_os_error_without_a_file_names_the_run_folder(tmp_path):
-    from ablate.config import RunConfig
-    from ablate.records.identity import run_dir
-    from ablate.run import _os_error_line
+def _full_disk(*_args, **_kwargs):
+    raise OSError(28, "No space left on device")  # as a write raises it: no file named
 
-    cfg = RunConfig(results_dir=str(tmp_path))
-    full = OSError(28, "No space left on device")
-    assert _os_error_line(full, cfg) == f"[Errno 28] No space left on device (writing the run {run_dir(cfg)})"
-    named = OSError(13, "Permission denied", str(tmp_path / "x"))
-    assert _os_error_line(named, cfg) == f"[Errno 13] Permission denied: '{tmp_path / 'x'}'"
+
+@pytest.mark.parametrize("phase", ["corpus", "training", "evaluation", "baseline"])
+def test_an_os_error_without_a_file_says_what_was_being_done_and_where(phase, tmp_path, monkeypatch, capsys):
+    """A full disk while the corpus is prepared names the cache folder (the results folder may have room);
+    while a run trains or is evaluated, the run's folder; while a baseline parses, the baseline's. An
+    error that names its path itself, or its file, keeps its own words."""
+    import ablate.baseline
+    import ablate.data.binarize
+    import ablate.jobs.train
+    import ablate.training.evaluation
+    from ablate.config import RunConfig
+    from ablate.errors import os_error_line
+    from ablate.records.identity import run_dir
+
+    cfg = RunConfig(results_dir=str(tmp_path / "results"))
+    cfg.data.cache_dir, cfg.data.vocab_size = str(tmp_path / "cache"), 1000
+    full = "[Errno 28] No space left on device"
+    if phase == "baseline":
+        monkeypatch.setattr(ablate.baseline, "load_split", _full_disk)
+        argv = ["right", "--treebank", str(tmp_path / "tb"), "--results", str(tmp_path / "results")]
+        assert ablate.baseline.main(argv) == 2
+        where = next(p for p in (tmp_path / "results").glob("*/*") if p.is_dir())
+        assert capsys.readouterr().err == f"error: {full} (running the baseline in {where})\n"
+        return
+    if phase == "corpus":
+        monkeypatch.setattr(ablate.data.binarize, "clean_split", _full_disk)
+        doing = f"preparing the corpus in {tmp_path / 'cache' / 'data'}"
+    elif phase == "training":
+        monkeypatch.setattr(ablate.jobs.train, "prepare_corpus", lambda data: None)
+        monkeypatch.setattr(ablate.jobs.train, "run_worker", _full_disk)
+        doing = f"training the run in {run_dir(cfg)}"
+    if phase == "evaluation":
+        monkeypatch.setattr(ablate.training.evaluation, "load_config", _full_disk)
+        with pytest.raises(OSError) as e:
+            ablate.training.evaluation.evaluate_run(tmp_path / "run")
+        doing = f"evaluating the run in {tmp_path / 'run'}"
+    else:
+        with pytest.raises(OSError) as e:
+            ablate.jobs.train.train(cfg)
+    assert os_error_line(e.value) == f"{full} ({doing})"
+
+
+def test_an_os_error_that_names_its_path_keeps_its_words():
+    from ablate.errors import doing, os_error_line
+
+    for error in (
+        FileNotFoundError("WSJ section folder not found: /tb/22"),  # a message of our own, its path in it
+        OSError(13, "Permission denied", "/results/x"),  # the OS's, its file named
+    ):
+        with pytest.raises(OSError) as e, doing("training the run in /results/base"):
+            raise error
+        assert os_error_line(e.value) == str(error)
 
 
 def test_a_record_left_running_by_a_failed_write_is_settled_as_failed(tmp_path):

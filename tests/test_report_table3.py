@@ -594,3 +594,75 @@ def test_the_cost_table_names_the_cpu_each_row_ran_on(tmp_path, monkeypatch, cap
     cost = capsys.readouterr().out.split("### Cost")[1]
     (line,) = [ln for ln in cost.splitlines() if ln.startswith("| base ")]
     assert line.endswith(f"| cpu, {cpus[0]}; cpu, {cpus[1]} |")
+
+
+def test_an_evaluation_is_a_fact_of_its_own_and_a_cell_says_which_figure_it_shows(tmp_path, monkeypatch):
+    """`ablate.evaluate --split dev --average 2` never replaces a run's own dev figure: the cell shows the
+    run's own unless --average 2 asks for that protocol; two protocols stay readable side by side, a
+    second evaluation under one protocol is kept beside the first, and Table 2 keeps each its own line."""
+    from ablate.records import evaluations
+    from ablate.records.evaluations import Protocol
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
+    res = tmp_path / "results"
+    runs = {s: _write_run(res, "base", s) for s in (1, 2)}
+    own = {s: json.loads((f / "record.json").read_text())["metrics"]["dev_bleu"] for s, f in runs.items()}
+    for s, f in runs.items():
+        rid = f.name
+        evaluations.write(f, rid, Protocol("dev", 2, None, (300, 400)), {"dev_bleu": 40.0 + s}, {})
+        evaluations.write(f, rid, Protocol("test", 2, None, (300, 400)), {"test_bleu": 30.0 + s}, {})
+        evaluations.write(f, rid, Protocol("test", 0, None, (400,)), {"test_bleu": 20.0 + s}, {})
+    again = evaluations.write(runs[1], runs[1].name, Protocol("dev", 2), {"dev_bleu": 43.0}, {})
+    assert again.name == "dev.avg2-2.json" and (runs[1] / "evaluations" / "dev.avg2.json").is_file()
+    kept = evaluations.read(runs[1], runs[1].name)
+    assert [(e.protocol.tag, e.metrics) for e in kept if e.protocol.split == "dev"] == [
+        ("dev.avg2", {"dev_bleu": 41.0}),
+        ("dev.avg2", {"dev_bleu": 43.0}),
+    ]
+
+    def base_bleu(text: str) -> str:
+        return next(line for line in text.splitlines() if line.startswith("| base |")).split("|")[7]
+
+    assert main(["--results", "results", "--out", "own.md", "--no-plots", "--quiet"]) == 0
+    mean = (own[1] + own[2]) / 2
+    assert f"{mean:.2f}" in base_bleu(Path("own.md").read_text())
+    assert "Dev figures:" not in Path("own.md").read_text()
+    assert main(["--results", "results", "--out", "avg.md", "--no-plots", "--quiet", "--average", "2"]) == 0
+    avg = Path("avg.md").read_text()
+    assert "42.50 ± 0.71" in base_bleu(avg)  # seed 1's newest (43.0) and seed 2's 42.0
+    assert "averaged its last 2 checkpoints" in avg
+    assert main(["table2", "--results", "results", "--out", "t2.md", "--quiet"]) == 0
+    t2 = Path("t2.md").read_text()
+    assert "| ours: base | 21.50 ± 0.71 |" in t2 and "last.ckpt" in t2
+    assert "| ours: base | 31.50 ± 0.71 |" in t2 and "checkpoint average 2" in t2
+    assert main(["table2", "--results", "results", "--out", "t2a.md", "--quiet", "--average", "2"]) == 0
+    assert "21.50" not in Path("t2a.md").read_text()
+
+
+def test_an_older_merged_evaluations_file_is_read_as_it_is(tmp_path):
+    """evaluations.json (one mapping of every split) is read with its protocol from its own fields, and
+    nothing rewrites it; one that is not an evaluation of this run is refused by name."""
+    from ablate.records import evaluations
+    from ablate.records.evaluations import Protocol
+    from ablate.records.store import RecordError
+
+    merged = {
+        "files": {"dev_hyp": "dev.avg5.hyp.txt", "test_hyp": "test.hyp.txt"},
+        "metrics": {"dev_averaged_checkpoints": 5, "dev_f1": 63.7, "test_averaged_checkpoints": 1,
+                    "test_f1": 68.1},
+    }  # fmt: skip
+    path = tmp_path / "evaluations.json"
+    path.write_text(json.dumps(merged))
+    before = path.read_bytes()
+    dev, test = evaluations.read(tmp_path, "r1")
+    assert dev.protocol == Protocol("dev", 5)
+    assert dev.metrics == {"dev_averaged_checkpoints": 5, "dev_f1": 63.7}
+    assert test.protocol == Protocol("test", 0) and test.files == {"test_hyp": "test.hyp.txt"}
+    assert path.read_bytes() == before
+    path.write_text(json.dumps({**merged, "run_id": "r2"}))
+    with pytest.raises(RecordError, match=r"evaluations.json: an evaluation of run r2, not of r1"):
+        evaluations.read(tmp_path, "r1")
+    path.write_text(json.dumps({**merged, "schema_version": 2}))
+    with pytest.raises(RecordError, match=r"evaluations.json: not an evaluation of a run \(.*schema"):
+        evaluations.read(tmp_path, "r1")

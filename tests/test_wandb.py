@@ -48,6 +48,59 @@ def test_explicit_modes_win(monkeypatch):
     assert wandb_mode(LoggerConfig(mode="offline"))[0] == "offline"
 
 
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as sock:  # a loopback port that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("forced", ["WANDB_MODE=online", "logger.mode=online"])
+@pytest.mark.parametrize("missing", ["credentials", "network"])
+def test_wandb_forced_online_where_it_cannot_be_is_one_line_within_seconds(forced, missing, monkeypatch):
+    """Forced online with no key, or with a key and no server: refused within the probe's time, in one
+    line that names the way out (WANDB_MODE=offline), instead of W&B's CommError after minutes."""
+    from ablate.records.tracking import WandbUnreachable
+
+    monkeypatch.setenv("HOME", "/nonexistent")  # no ~/.netrc
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    if missing == "credentials":
+        monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("WANDB_API_KEY", "0" * 40)
+        monkeypatch.setenv("WANDB_BASE_URL", f"http://127.0.0.1:{_closed_port()}")
+    if forced.startswith("WANDB_MODE"):
+        monkeypatch.setenv("WANDB_MODE", "online")
+    cfg = LoggerConfig(mode="online" if forced.startswith("logger") else "auto", probe_timeout_s=1.0)
+    t = time.perf_counter()
+    with pytest.raises(WandbUnreachable) as e:
+        wandb_mode(cfg)
+    assert time.perf_counter() - t < 3.0
+    line = str(e.value)
+    assert len(line.splitlines()) == 1 and line.startswith(f"W&B: {forced}, but ")
+    assert ("no W&B credentials" if missing == "credentials" else "not reachable within 1s") in line
+    assert "set WANDB_MODE=offline" in line
+
+
+@pytest.mark.slow
+def test_a_run_forced_online_without_a_server_fails_in_one_line(tmp_path):
+    """The whole command: exit status 2, one error line naming WANDB_MODE=offline, and the record says
+    why."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_MODE="online", WANDB_API_KEY="0" * 40)
+    env["WANDB_BASE_URL"] = f"http://127.0.0.1:{_closed_port()}"
+    cmd = [sys.executable, "-m", "ablate.run", "scale=tiny", "recipe=tiny", "logger=wandb",
+           "logger.probe_timeout_s=1", f"results_dir={tmp_path}/r",
+           f"data.cache_dir={tmp_path}/cache"]  # fmt: skip
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    errors = [line for line in p.stderr.splitlines() if line.startswith("error")]
+    assert p.returncode == 2 and len(errors) == 1, p.stderr[-2000:]
+    assert "WANDB_MODE=online, but 127.0.0.1" in errors[0] and "set WANDB_MODE=offline" in errors[0]
+    rec = json.loads(next((tmp_path / "r").rglob("record.json")).read_text())
+    assert rec["status"] == "failed" and "set WANDB_MODE=offline" in rec["reason"]
+
+
 @pytest.mark.slow
 def test_offline_run_holds_config_and_metrics(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}

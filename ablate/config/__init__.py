@@ -19,11 +19,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from ablate.nn.model import TransformerConfig
+if TYPE_CHECKING:  # imported where a model is built: Hydra's plugin scan reads this package without torch
+    from ablate.nn.model import TransformerConfig
 
 
 class ConfigError(ValueError):
@@ -266,6 +267,8 @@ def row_arch(cfg: RunConfig) -> ArchConfig:
 
 def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
     """The row under the recipe's base and the scale's ratios, as the model builds it."""
+    from ablate.nn.model import TransformerConfig
+
     a, s = row_arch(cfg), cfg.scale
     d_model = _scaled(a.d_model, s.width)
     if a.positional == "sinusoidal" and d_model % 2:

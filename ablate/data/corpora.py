@@ -25,6 +25,7 @@ from ablate.config import ConfigError, DataConfig
 from ablate.data import binarize, degenerate, fingerprint, sources, wmt14
 from ablate.data.sources import SPLITS, PairSource
 from ablate.data.tokenizer import file_lock
+from ablate.errors import doing
 
 Log = Callable[[str], None]
 FORMAT = 2  # of the prepared folder: part of the cache key, bumped when the builder's output changes
@@ -326,7 +327,8 @@ def prepare_corpus(cfg: DataConfig, log: Log = print) -> Prepared:
         log(f"{out}: already prepared, nothing to do")  # so that a cache shared read-only serves
         return _said(Prepared(out), log)
     try:
-        return _said(_build_locked(cfg, key, out, log), log)
+        with doing(f"preparing the corpus in {out.parent}"):
+            return _said(_build_locked(cfg, key, out, log), log)
     except OSError as e:
         if not str(e.filename or "").startswith(str(cfg.cache_dir)):
             raise

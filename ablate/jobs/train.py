@@ -16,6 +16,7 @@ from ablate.cluster import gpu_pool, slurm_job
 from ablate.cluster.ddp import spawn_job
 from ablate.config import RunConfig, validate
 from ablate.data.datamodule import prepare_corpus
+from ablate.errors import doing
 from ablate.jobs.sweep import launcher_setting
 from ablate.records import folder, identity, store
 from ablate.training.callbacks import Preempted
@@ -36,7 +37,8 @@ def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:
     if job.id and cfg.trainer.threads:  # else Lightning's DDP sets cores // local ranks over trainer.threads
         os.environ.setdefault("OMP_NUM_THREADS", str(cfg.trainer.threads))
     try:
-        rec = _train(cfg, jobs_per_device)
+        with doing(f"training the run in {identity.run_dir(cfg)}"):
+            rec = _train(cfg, jobs_per_device)
     except Preempted as stop:  # stopped at a checkpoint on a signal: the job decides what follows
         job.after_stop(identity.run_dir(cfg), stop.step)
         raise

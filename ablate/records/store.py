@@ -14,7 +14,6 @@ from ablate.records.identity import run_id
 from ablate.records.status import SCHEMA_VERSION, STATUSES, schema_problem
 
 RECORD_NAME = "record.json"
-EVALUATIONS = "evaluations.json"  # figures of evaluations after training (ablate.evaluate)
 
 
 class RecordError(ValueError):
@@ -160,43 +159,12 @@ def find_records(results_dir: str | os.PathLike) -> tuple[list[dict[str, Any]], 
         if "wandb" in p.relative_to(results_dir).parts[:-1]:  # the copy a W&B run holds of its record
             continue
         try:
-            rec = with_evaluations(read_record(p), p.parent)
+            rec = read_record(p)
             rec["_path"] = str(p)
             records.append(rec)
         except RecordError as e:
             errors.append(str(e))
     return records, errors
-
-
-def add_evaluation(run_dir: Path, metrics: dict[str, Any], files: dict[str, str]) -> None:
-    """Keep the figures of an evaluation after training (`ablate.evaluate`) beside the record, in
-    evaluations.json: the record stays as its run wrote it."""
-    from ablate.records.folder import atomic_write_json
-
-    path = Path(run_dir) / EVALUATIONS
-    done = json.loads(path.read_text()) if path.is_file() else {"metrics": {}, "files": {}}
-    done["metrics"].update(metrics)
-    done["files"].update(files)
-    atomic_write_json(path, done)
-
-
-def with_evaluations(rec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
-    """A record as a reader sees it: its figures with those of later evaluations (evaluations.json)."""
-    path = Path(run_dir) / EVALUATIONS
-    if not path.is_file():
-        return rec
-    try:
-        done = json.loads(path.read_text())
-        extra = {"run_id": rec["run_id"], "status": rec["status"], **done}
-    except (OSError, ValueError, TypeError) as e:
-        raise RecordError(f"{path}: unreadable evaluations ({e.__class__.__name__}: {e})") from None
-    if problem := record_problem(extra):
-        raise RecordError(f"{path}: not evaluations of a run ({problem})")
-    return {
-        **rec,
-        "metrics": {**(rec.get("metrics") or {}), **done.get("metrics", {})},
-        "files": {**(rec.get("files") or {}), **done.get("files", {})},
-    }
 
 
 def versions() -> dict[str, str]:

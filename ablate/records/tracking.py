@@ -44,21 +44,38 @@ def _reachable(host: str, port: int, timeout: float) -> bool:
 
 def wandb_mode(cfg: LoggerConfig) -> tuple[str, str]:
     """(mode, why). Decided within probe_timeout_s: without credentials wandb would wait for a key at a
-    prompt, and with a key but no network it blocks for minutes."""
+    prompt, and with a key but no network it blocks for minutes (then fails with "context deadline
+    exceeded"). Forced online (logger.mode=online, WANDB_MODE=online) where it cannot be, it raises
+    WandbUnreachable in one line, within the same time."""
     env = os.environ.get("WANDB_MODE")
-    if cfg.mode != "auto":
-        return cfg.mode, f"logger.mode={cfg.mode}"
-    if env:
-        return env, f"WANDB_MODE={env}"
+    forced = f"logger.mode={cfg.mode}" if cfg.mode != "auto" else f"WANDB_MODE={env}" if env else None
+    mode = cfg.mode if cfg.mode != "auto" else env
+    if mode is not None and mode != "online":
+        return mode, str(forced)
     if not has_credentials():
+        if forced:
+            raise WandbUnreachable(f"{forced}, but no W&B credentials (WANDB_API_KEY or ~/.netrc)")
         return "offline", "no W&B credentials (WANDB_API_KEY or ~/.netrc)"
     url = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")
     netloc = url.split("://")[-1].split("/")[0]
     host, _, port = netloc.partition(":")
     port = int(port) if port else (80 if url.startswith("http://") else 443)
     if not _reachable(host, port, cfg.probe_timeout_s):
-        return "offline", f"{netloc} not reachable within {cfg.probe_timeout_s:g}s"
-    return "online", "credentials and network found"
+        unreachable = f"{netloc} not reachable within {cfg.probe_timeout_s:g}s"
+        if forced:
+            raise WandbUnreachable(f"{forced}, but {unreachable}")
+        return "offline", unreachable
+    return "online", str(forced or "credentials and network found")
+
+
+class WandbUnreachable(ValueError):
+    """W&B forced online where it cannot be: one line that says how to log anyway."""
+
+    def __init__(self, why: str):
+        super().__init__(
+            f"W&B: {why}; set WANDB_MODE=offline (or logger.mode=offline) to log offline and upload later "
+            "with `wandb sync`, or logger=none"
+        )
 
 
 # Messages of the libraries that are about the libraries, not about this run: Lightning's advertisement for

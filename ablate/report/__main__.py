@@ -41,6 +41,11 @@ def _positive(text: str) -> int:
     return n
 
 
+def _count(text: str) -> int:
+    """0 or more (--average 0: evaluations of last.ckpt)."""
+    return 0 if text.strip() == "0" else _positive(text)
+
+
 def _seed_list(text: str) -> list[int]:
     try:
         return [int(s) for s in text.split(",")]
@@ -93,6 +98,14 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seeds-min", type=_positive, default=1, help="compare a row with base only with this many seeds"
     )
+    p.add_argument(
+        "--average",
+        type=_count,
+        default=None,
+        help="show the figures of evaluations that averaged the last N checkpoints (`python -m "
+        "ablate.evaluate RUN --average N`; 0: of last.ckpt): dev figures in table3, only that "
+        "protocol in table2 and table4 (default: each run's own figures, every protocol its own line)",
+    )
     p.add_argument("--n-boot", type=_positive, default=1000, help="bootstrap replicates")
     p.add_argument("--boot-seed", type=int, default=0)
     p.add_argument(
@@ -142,7 +155,9 @@ def main(argv: list[str] | None = None) -> int:
 
     task = "parsing" if cmd == "table4" else "translation"
     try:
-        coll = collect(results, args.conf, task=task, preset=args.preset, sweep=args.sweep)
+        coll = collect(
+            results, args.conf, task=task, preset=args.preset, sweep=args.sweep, average=args.average
+        )
         rows = _rows(args.rows, set(coll.rows.models) | set(coll.runs))
     except SelectionError as e:
         print(f"error: {e}", file=sys.stderr)
@@ -320,7 +335,13 @@ def _table3(args, coll, rows: list[str] | None) -> int:
     if args.wandb:
         group = args.wandb_group or _one_group(an)
         files = [out] if out is not None else []
-        log_wandb(t3.main_table(an), plots, args.wandb_project, args.wandb_entity, group, files=files)
+        from ablate.records.tracking import WandbUnreachable
+
+        try:
+            log_wandb(t3.main_table(an), plots, args.wandb_project, args.wandb_entity, group, files=files)
+        except WandbUnreachable as e:  # the report is written; only its W&B copy is not
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     return 0
 
 

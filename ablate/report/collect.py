@@ -18,9 +18,11 @@ import numpy as np
 from ablate import paper
 from ablate.config import ModelConfig, default_results, to_dataclass, total_steps
 from ablate.config.rows import ordered, resolve_row
+from ablate.records.evaluations import Evaluation, Protocol, newest
+from ablate.records.evaluations import read as read_evaluations
 from ablate.records.staleness import why_stale
 from ablate.records.status import shown
-from ablate.records.store import BASELINE, find_records
+from ablate.records.store import BASELINE, RecordError, find_records
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 _STATUS_RANK = {
@@ -95,6 +97,8 @@ def row_configs(conf_dir: str | Path | None = None) -> RowConfigs:
 class Run:
     rec: dict[str, Any]
     stale: list[str] = field(default_factory=list)  # reasons
+    evaluations: list[Evaluation] = field(default_factory=list)  # after training, oldest first
+    average: int | None = None  # dev figures of `ablate.evaluate --split dev --average N`; None: its own
 
     @property
     def row(self) -> str:
@@ -111,7 +115,21 @@ class Run:
 
     @property
     def metrics(self) -> dict[str, Any]:
-        return self.rec.get("metrics") or {}
+        """The run's own figures (its record's, and the test evaluation it made under train.average_last);
+        with `average`, its dev figures are those of that protocol's newest evaluation (none where it has
+        none: a column never mixes protocols)."""
+        own = dict(self.rec.get("metrics") or {})
+        for e in newest(self.evaluations).values():
+            if e.by_run:
+                own.update(e.metrics)
+        if self.average is None:
+            return own
+        ev = self.evaluated(Protocol("dev", self.average))
+        return {**{k: v for k, v in own.items() if not k.startswith("dev_")}, **(ev.metrics if ev else {})}
+
+    def evaluated(self, protocol: Protocol) -> Evaluation | None:
+        """The newest evaluation under `protocol`, or None."""
+        return newest(self.evaluations).get(protocol)
 
     @property
     def folder(self) -> Path:
@@ -145,8 +163,9 @@ class Run:
         return self.folder / (self.rec.get("files") or {}).get(key, default)
 
     def sentences(self) -> dict[str, np.ndarray] | None:
+        """The per-sentence statistics of the run's own dev decode (none under another protocol)."""
         p = self.file("dev_sentences", "dev_sentences.npz")
-        if not p.is_file():
+        if self.average is not None or not p.is_file():
             return None
         try:
             with np.load(p) as z:
@@ -209,6 +228,16 @@ class Run:
         return sorted(out.values(), key=lambda c: (c["step"], "dev_ppl" in c))
 
 
+def _run(rec: dict[str, Any], average: int | None, warnings: list[str]) -> Run:
+    """A record as the report reads it, with its evaluations (one that cannot be read is a warning)."""
+    run = Run(rec, average=average)
+    try:
+        run.evaluations = read_evaluations(run.folder, str(rec["run_id"]))
+    except RecordError as e:
+        warnings.append(f"skipped {e}")
+    return run
+
+
 @dataclass
 class Collection:
     runs: dict[str, dict[int, Run]]  # row -> seed -> the chosen run
@@ -221,6 +250,7 @@ class Collection:
     results_dir: Path
     read: int = 0  # records read (readable ones)
     chosen_because: str = ""  # why this preset: given, or the newest sweep's
+    average: int | None = None  # dev figures of evaluations that averaged this many checkpoints
     # finished records of baselines of this task (`python -m ablate.baseline`): no preset, no seed
     baselines: list[Run] = field(default_factory=list)
 
@@ -369,7 +399,10 @@ def collect(
     task: str = "translation",
     preset: str | None = None,
     sweep: str | None = None,
+    average: int | None = None,
 ) -> Collection:
+    """The records of one table; with `average`, dev figures of the evaluations that averaged the last
+    `average` checkpoints (Run.metrics)."""
     results_dir = Path(results_dir or default_results())
     warnings: list[str] = []
     if not results_dir.exists():
@@ -382,7 +415,7 @@ def collect(
     warnings += rows.errors
     excluded: list[str] = []
 
-    every = [Run(r) for r in records]
+    every = [_run(r, average, warnings) for r in records]
     baselines = [r for r in every if r.rec.get("group") == BASELINE and r.rec.get("task") == task]
     every = [r for r in every if r.rec.get("group") != BASELINE]
     runs, preset, why = _select(every, task, preset, sweep, excluded)
@@ -401,5 +434,6 @@ def collect(
         results_dir=results_dir,
         read=len(records),
         chosen_because=why,
+        average=average,
         baselines=[r for r in baselines if r.status == "finished"],
     )

@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,26 @@ def sweep_records(records: list[dict], sweep: str) -> list[dict]:
             continue
         by_id.setdefault(rec.get("run_id") or str(id(rec)), rec)
     return list(by_id.values())
+
+
+def _none_chosen(records: list[dict], sweep: str | None, results: str) -> str:
+    """Why a sweep has no run to show, from what its records say: no such sweep, or records none of which
+    started a W&B run (rejected or failed before training), with their statuses and the first reason."""
+    known = sorted({r["sweep"] for r in records if r.get("sweep")})
+    members = [r for r in records if r.get("sweep") == sweep and sweep is not None]
+    if not members:
+        return f"no records of sweep {sweep!r} under {results} (sweeps: {', '.join(known) or 'none'})"
+    tasks = sorted({str(r.get("task", "translation")) for r in members})
+    if "translation" not in tasks:
+        what = f"{len(members)} record(s) of task {', '.join(tasks)}"
+        return f"sweep {sweep!r} under {results}: {what}, none of Table 3's"
+    statuses = Counter(str(r.get("status")) for r in members)
+    reason = next((r["reason"] for r in members if r.get("reason")), None)
+    return (
+        f"sweep {sweep!r} under {results}: {len(members)} record(s) "
+        f"({', '.join(f'{n} {s}' for s, n in sorted(statuses.items()))}), none with a W&B run: "
+        "a run that failed before training started none" + (f" (first reason: {reason})" if reason else "")
+    )
 
 
 def newest_sweep(records: list[dict]) -> str | None:
@@ -316,8 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = args.sweep or newest_sweep(records)
     chosen = sweep_records(records, sweep) if sweep else []
     if not chosen:
-        known = sorted({r["sweep"] for r in records if r.get("sweep")})
-        print(f"error: no runs of sweep {sweep!r} under {args.results} (sweeps: {known})", file=sys.stderr)
+        print(f"error: {_none_chosen(records, sweep, args.results)}", file=sys.stderr)
         return 2
     from ablate.config import LoggerConfig
     from ablate.records.tracking import project_of, wandb_mode
@@ -327,7 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     entity = args.entity or logger.get("entity") or os.environ.get("WANDB_ENTITY") or ""
     markdown = _table_markdown(Path(args.results), sweep)
 
-    mode, why = wandb_mode(LoggerConfig(project=project, entity=entity or None))
+    from ablate.records.tracking import WandbUnreachable
+
+    try:
+        mode, why = wandb_mode(LoggerConfig(project=project, entity=entity or None))
+    except WandbUnreachable as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if mode == "online":
         return _online(chosen, entity, project, sweep, markdown, args.out)
     report = build_report(chosen, entity, project, sweep, markdown)

@@ -507,7 +507,17 @@ def _head(an: Analysis) -> list[str]:
     lines = ["# Table 3: variations on the Transformer (En-De dev)", ""]
     lines.append(f"Records: {n_rec} run(s) read from `{coll.results_dir.as_posix()}`; seeds seen: {seeds}.")
     lines += [_scale_line(coll), agreement_line(an)]
+    if coll.average is not None:
+        lines.append(_protocol_line(coll.average))
     return lines + [f"BLEU: sacreBLEU `{s}`." for s in _signatures(coll)] + [""]
+
+
+def _protocol_line(average: int) -> str:
+    return (
+        f"**Dev figures: the newest evaluation of each run that averaged its last {average} checkpoints** "
+        f"(`python -m ablate.evaluate RUN --split dev --average {average}`), not the run's own; a run "
+        "without one shows none. Perplexity and the sentence bootstrap exist for a run's own decode only."
+    )
 
 
 def _statistics(an: Analysis) -> list[str]:

@@ -5,17 +5,19 @@ one flat tree per sentence over the same gold trees (the floor), and the time it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ablate import paper
+from ablate.records.evaluations import Protocol, newest
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, fnum
 
 
 def table4(coll: Collection) -> tuple[Table, list[str]]:
-    """Section 23 F1 (metrics.test_f1, from `python -m ablate.evaluate RUN --split test`) beside the paper's
-    Table 4; a run not yet evaluated on 23 shows its dev (22) F1, marked as such."""
+    """Section 23 F1 (test_f1 of `python -m ablate.evaluate RUN --split test`, each protocol its own row)
+    beside the paper's Table 4; a run not yet evaluated on 23 shows its dev (22) F1, marked as such."""
     cols = [
         "parser",
         "training",
@@ -34,15 +36,15 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
     paper_tf = {r["training"]: r["f1"] for r in paper.table4() if r["ours"]}
     groups = _groups(coll)
     notes = []
-    for (row, data, key), runs in sorted(groups.items()):
-        body.append(_row(row, data, key, runs, paper_tf))
-        notes += [f"ours: {row} ({_split(key)}): {_what_ran(r)}" for r in runs]
+    for (row, data, key, _), figures in sorted(groups.items()):
+        body.append(_row(row, data, key, figures, paper_tf))
+        notes += [f"ours: {row} ({_split(key, f.protocol)}): {_what_ran(f.run)}" for f in figures]
     for r in sorted(coll.baselines, key=lambda r: -float(r.metrics.get("test_f1") or 0)):
         body.append(_baseline_row(r))
         notes.append(f"baseline: {r.row}: {r.rec['run_id']} (command: {r.rec.get('command', '?')})")
     if not groups and not coll.baselines:
         notes.append("No parsing record (task=parsing) has metrics.f1 yet.")
-    elif any(key == "f1" for _, _, key in groups):
+    elif any(key == "f1" for _, _, key, _ in groups):
         notes.append("Rows marked (dev 22): run `python -m ablate.evaluate RUN --split test` for section 23.")
     notes.append(
         "repaired: outputs the reader had to mend into a tree over the sentence (missing words hung on the "
@@ -54,33 +56,68 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
     return table, notes
 
 
-def _groups(coll: Collection) -> dict[tuple[str, str, str], list[Run]]:
-    """Finished parsing runs by (row, data set, the F1 they have: test_f1 where evaluated on 23, else f1)."""
-    groups: dict[tuple[str, str, str], list[Run]] = {}
+@dataclass(frozen=True)
+class Figures:
+    """The F1 a row shows of one run: its own figures, or an evaluation's under `protocol`."""
+
+    run: Run
+    metrics: dict[str, Any]
+    protocol: Protocol | None = None
+
+
+def _groups(coll: Collection) -> dict[tuple[str, str, str, str], list[Figures]]:
+    """Finished parsing runs by (row, data set, the F1 they show, its protocol): each test evaluation
+    (`python -m ablate.evaluate RUN --split test`, the newest of each protocol) a group of its own; a run
+    with none shows its own dev F1 (under --average N, its dev evaluation of that protocol)."""
+    groups: dict[tuple[str, str, str, str], list[Figures]] = {}
     for row, by in coll.runs.items():
         for r in by.values():
-            key = "test_f1" if r.metrics.get("test_f1") is not None else "f1"
-            if r.status == "finished" and r.metrics.get(key) is not None:
-                data = str((r.cfg("data") or {}).get("name", "?"))
-                groups.setdefault((row, data, key), []).append(r)
+            if r.status != "finished":
+                continue
+            data = str((r.cfg("data") or {}).get("name", "?"))
+            for f in _figures(r, coll.average):
+                key = "test_f1" if f.metrics.get("test_f1") is not None else "f1"
+                tag = f.protocol.tag if f.protocol else ""
+                groups.setdefault((row, data, key, tag), []).append(f)
     return groups
 
 
-def _row(row: str, data: str, key: str, runs: list[Run], paper_tf: dict[str, float]) -> list[Any]:
-    mean, sd, n = stats.mean_sd([float(r.metrics[key]) for r in runs])
+def _figures(r: Run, average: int | None) -> list[Figures]:
+    tests = [
+        Figures(r, e.metrics, p)
+        for p, e in newest(r.evaluations).items()
+        if p.split == "test" and p.until_step is None and e.metrics.get("test_f1") is not None
+        and (average is None or p.average == average)
+    ]  # fmt: skip
+    if tests or r.metrics.get("test_f1") is not None:
+        return tests or [Figures(r, r.metrics)]
+    if average is None:
+        return [Figures(r, r.metrics)] if r.metrics.get("f1") is not None else []
+    dev = r.evaluated(Protocol("dev", average))
+    return [Figures(r, _unprefixed(dev.metrics, "dev_"), dev.protocol)] if dev else []
+
+
+def _unprefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """An evaluation's dev figures under the names a run's own dev figures have (f1, n_repaired, ...)."""
+    return {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
+
+
+def _row(row: str, data: str, key: str, figures: list[Figures], paper_tf: dict[str, float]) -> list[Any]:
+    runs, ms = [f.run for f in figures], [f.metrics for f in figures]
+    mean, sd, n = stats.mean_sd([float(m[key]) for m in ms])
     training = "semi-supervised" if "semi" in data else "WSJ only discriminative"
     pv = paper_tf.get(training) if key == "test_f1" else None
     prefix = key.removesuffix("f1")  # "test_" or ""
 
     def total(name: str) -> int:
-        return sum(int(r.metrics.get(prefix + name) or 0) for r in runs)
+        return sum(int(m.get(prefix + name) or 0) for m in ms)
 
-    flat = [r.metrics.get(prefix + "f1_flat") for r in runs]
+    flat = [m.get(prefix + "f1_flat") for m in ms]
     return [
         f"ours: {row}",
         f"{training} (data={data})",
         fnum(mean, 2) + (f" ± {fnum(sd, 2)}" if n > 1 else "") + ("" if key == "test_f1" else " (dev 22)"),
-        _interval(runs[0].metrics, key) if n == 1 else "",
+        _interval(ms[0], key) if n == 1 else "",
         "" if pv is None else f"{pv:.1f}",
         "" if pv is None else fnum(mean - pv, 2, sign=True),
         f"{total('n_repaired')}/{total('n')}",
@@ -135,8 +172,10 @@ def _minutes(seconds: list[Any]) -> str:
     return f"{mean / 60:.1f} min" if mean >= 60 else f"{mean:.1f} s"
 
 
-def _split(key: str) -> str:
-    return "section 23" if key == "test_f1" else "dev 22"
+def _split(key: str, protocol: Protocol | None) -> str:
+    """Which split the row's F1 is of and, for an evaluation, of which weights."""
+    split = "section 23" if key == "test_f1" else "dev 22"
+    return split if protocol is None else f"{split}; {protocol.describe().partition(', ')[2]}"
 
 
 def _what_ran(r: Run) -> str:

@@ -8,8 +8,8 @@ the same hypotheses, each labelled:
 - tokenized, compound-split BLEU: Moses tokenization, then "Mitte-Links" -> "Mitte ##AT##-##AT## Links",
   then BLEU on those tokens (what tensor2tensor's get_ende_bleu.sh computed for the paper's 27.3 / 28.4).
 Hypotheses are saved beside the record, and the figures (test_bleu, test_bleu_tok, the count of averaged
-checkpoints) in the run's evaluations.json: the record stays as its run wrote it, and a reader adds them
-(store.with_evaluations).
+checkpoints) as an evaluation of their own under its protocol (ablate.records.evaluations): the record
+stays as its run wrote it, and a reader shows the run's own figures unless asked for a protocol.
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ import torch
 from omegaconf import OmegaConf
 
 from ablate.config import RunConfig, effective_model, to_dataclass
-from ablate.records import folder, store
+from ablate.errors import doing
+from ablate.records import evaluations, folder, store
+from ablate.records.evaluations import Protocol
 from ablate.records.folder import step_checkpoints, step_of
 from ablate.tasks import task_of
 
@@ -73,17 +75,23 @@ def evaluate_run(
     src: str | None = None,
     ref: str | None = None,
     until_step: int | None = None,
+    by_run: bool = False,
 ) -> dict:
     """Decode `split` with the last checkpoint, or the mean of the last `average` step checkpoints, and
     score it: BLEU, and for a parsing run EVALB's F1 with the hypotheses as trees. With `until_step`, only
-    checkpoints up to that step count (a point of a BLEU-vs-time curve): the hypotheses get their own file
-    and the run's record is left as it is."""
+    checkpoints up to that step count (a point of a BLEU-vs-time curve). Every evaluation is kept under its
+    protocol, the run's record left as it is; `by_run`: the training run's own (train.average_last)."""
+    run_dir = Path(run_dir)
+    with doing(f"evaluating the run in {run_dir}"):
+        return _evaluate(run_dir, average, split, src, ref, until_step, by_run)
+
+
+def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> dict:
     import sentencepiece as spm
 
     from ablate.data.datamodule import TranslationData, prepare_corpus
     from ablate.training.module import TranslationModule
 
-    run_dir = Path(run_dir)
     cfg = load_config(run_dir)
     prepared = prepare_corpus(cfg.data)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
@@ -95,20 +103,28 @@ def evaluate_run(
     dm.setup()
     split, refs = _split(dm, sp, run_dir, split, src, ref)
     out = _decode(module, dm, sp, split, len(refs))
-    if until_step is not None:
-        tag = f"{split}.step{step_of(ckpts[-1])}.avg{len(ckpts)}"
-    else:
-        tag = f"{split}.avg{len(ckpts)}" if average else split
-    folder.atomic_write_text(run_dir / f"{tag}.hyp.txt", "\n".join(out) + "\n")
+    protocol = Protocol(
+        split,
+        len(ckpts) if average or until_step is not None else 0,
+        until_step,
+        tuple(step_of(p) for p in ckpts) if average or until_step is not None else _last_step(run_dir),
+    )
+    folder.atomic_write_text(run_dir / f"{protocol.tag}.hyp.txt", "\n".join(out) + "\n")
     metrics = {**_bleu(out, refs, split, cfg.data.tgt_lang), f"{split}_averaged_checkpoints": len(ckpts)}
     figures, files = task_of(cfg.task).split_metrics(cfg, prepared, dm, split, out)
     metrics.update(figures)
     for suffix, text in files.items():
-        folder.atomic_write_text(run_dir / f"{tag}{suffix}", text)
-    if until_step is not None:
-        return {**metrics, "step": step_of(ckpts[-1])}
-    store.add_evaluation(run_dir, metrics, {f"{split}_hyp": f"{tag}.hyp.txt"})
-    return metrics
+        folder.atomic_write_text(run_dir / f"{protocol.tag}{suffix}", text)
+    rec = store.read_record(run_dir / store.RECORD_NAME)
+    files = {f"{split}_hyp": f"{protocol.tag}.hyp.txt"}
+    evaluations.write(run_dir, rec["run_id"], protocol, metrics, files, by_run)
+    return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
+
+
+def _last_step(run_dir: Path) -> tuple[int, ...] | None:
+    """last.ckpt's step: the finished run's step count (evaluate reads only finished runs' last.ckpt)."""
+    steps = store.read_record(run_dir / store.RECORD_NAME).get("steps")
+    return None if steps is None else (int(steps),)
 
 
 def _checkpoints(run_dir: Path, average: int, until_step: int | None) -> list[Path]:

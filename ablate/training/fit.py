@@ -396,7 +396,8 @@ def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
     if cfg.train.average_last and "test" in dm.splits:  # Table 2: average, decode the test set
         from ablate.training.evaluation import evaluate_run
 
-        record = {**record, "metrics": {**record["metrics"], **evaluate_run(out, cfg.train.average_last)}}
+        test = evaluate_run(out, cfg.train.average_last, by_run=True)
+        record = {**record, "metrics": {**record["metrics"], **test}}
     return record
 
 

@@ -50,16 +50,24 @@ def section_files(treebank_dir: str | Path, section: str | int) -> list[Path]:
     return files
 
 
-def load_wsj(treebank_dir: str | Path, sections: Iterable[str | int]) -> list[Tree]:
+def load_wsj(treebank_dir: str | Path, sections: Iterable[str | int], split: str = "") -> list[Tree]:
     """Cleaned trees (see :func:`ablate.data.treebank.tree.clean`) of the given sections, in order.
 
-    Malformed files raise ``ValueError`` naming file and line.
+    Malformed files raise ``ValueError`` naming file and line; so does a file that holds no tree (an
+    emptied or cut-short copy), which would otherwise shrink its split without a word.
     """
     trees: list[Tree] = []
     for section in sections:
         for path in section_files(treebank_dir, section):
+            before = len(trees)
             for raw in read_mrg(path):
                 trees.append(_clean_or_raise(raw, str(path)))
+            if len(trees) == before:
+                where = f"section {_section_name(section)}" + (f" of the {split} split" if split else "")
+                raise ValueError(
+                    f"{path}: no trees in this file ({where}; {before:,} trees read before it): "
+                    "restore it or remove it from the treebank"
+                )
     return trees
 
 
@@ -67,7 +75,7 @@ def load_split(treebank_dir: str | Path, split: str) -> list[Tree]:
     """``load_wsj`` for ``"train"`` (02-21), ``"dev"`` (22) or ``"test"`` (23)."""
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {sorted(SPLITS)}")
-    return load_wsj(treebank_dir, SPLITS[split])
+    return load_wsj(treebank_dir, SPLITS[split], split)
 
 
 def _clean_or_raise(raw: Tree, where: str) -> Tree:

@@ -1,0 +1,191 @@
+"""Evaluations after training, each a fact of its own: kept under its protocol beside the record, never
+over it (as MLflow and W&B keep every logged value, and fairseq-generate writes its scores to its own
+output, not into the checkpoint).
+
+A protocol is what decides an evaluation's figures beyond the run: the split, the checkpoints averaged
+(0: last.ckpt), the step it stopped at (--until-step), and the steps of the checkpoints it read. Each
+evaluation is one file, `evaluations/<tag>.json`, written whole by the command that made it; another
+evaluation under the same protocol takes the next free name (`<tag>-2.json`), and readers show the newest
+of each protocol. A run folder's `evaluations.json` (one mapping for every split, written by earlier
+versions) is read as it is: its protocol is in it (`<split>_averaged_checkpoints`, its hypotheses' file
+names), and nothing rewrites it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ablate.records.status import FINISHED, SCHEMA_VERSION
+from ablate.records.store import RecordError, record_problem
+
+FOLDER = "evaluations"
+MERGED = "evaluations.json"  # the older form: read as it is, never written
+
+
+@dataclass(frozen=True)
+class Protocol:
+    split: str
+    average: int  # checkpoints averaged: 0 reads last.ckpt
+    until_step: int | None = None  # only checkpoints up to this step (a point of a curve)
+    steps: tuple[int, ...] | None = field(default=None, compare=False)  # None: the file did not say
+
+    @property
+    def tag(self) -> str:
+        """The name its files share: `test`, `test.avg5`, `test.step400.avg1`."""
+        if self.until_step is not None:
+            return f"{self.split}.step{self.until_step}.avg{self.average}"
+        return f"{self.split}.avg{self.average}" if self.average else self.split
+
+    def describe(self) -> str:
+        """One phrase a table's note can carry: what the figure is of."""
+        what = f"the mean of the last {self.average} checkpoints" if self.average else "last.ckpt"
+        if self.until_step is not None:
+            what += f" up to step {self.until_step:,}"
+        if self.steps:
+            first, last = self.steps[0], self.steps[-1]
+            what += f" (step {last:,})" if first == last else f" (steps {first:,}-{last:,})"
+        return f"{self.split} split, {what}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"split": self.split, "average": self.average, "until_step": self.until_step,
+                "steps": None if self.steps is None else list(self.steps)}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    protocol: Protocol
+    metrics: dict[str, Any]  # split-prefixed, as `ablate.evaluate` prints them: test_bleu, test_f1, ...
+    files: dict[str, str]
+    path: Path  # the file that holds it
+    made: str = ""  # when (ISO time); empty in the older form
+    by_run: bool = False  # made by the training run itself (train.average_last): one of its own figures
+
+
+def write(
+    run_dir: Path, run_id: str, protocol: Protocol, metrics: dict, files: dict, by_run: bool = False
+) -> Path:
+    """Keep one evaluation as a file of its own, under the next free name for its protocol: written to a
+    temporary file, then linked to a name no other file has (two evaluations never take one name)."""
+    from ablate.records.folder import atomic_write_json, now
+
+    folder = Path(run_dir) / FOLDER
+    folder.mkdir(parents=True, exist_ok=True)
+    fact = {
+        "schema_version": SCHEMA_VERSION,
+        "run_id": run_id,
+        "protocol": protocol.to_json(),
+        "metrics": metrics,
+        "files": files,
+        "made": now(),
+        "by": "ablate.run" if by_run else "ablate.evaluate",
+        "argv": sys.argv[1:],
+    }
+    tmp = folder / f".{protocol.tag}.json.new"
+    atomic_write_json(tmp, fact)
+    try:
+        for n in range(1, 10_000):
+            path = folder / (f"{protocol.tag}.json" if n == 1 else f"{protocol.tag}-{n}.json")
+            try:
+                os.link(tmp, path)
+                return path
+            except FileExistsError:
+                continue
+        raise OSError(f"{folder}: 10,000 evaluations under protocol {protocol.tag}")
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read(run_dir: Path, run_id: str) -> list[Evaluation]:
+    """Every evaluation of a run, oldest first; a file that cannot be one is refused by name
+    (RecordError)."""
+    run_dir = Path(run_dir)
+    out = _read_merged(run_dir / MERGED, run_id) if (run_dir / MERGED).is_file() else []
+    folder = run_dir / FOLDER
+    if folder.is_dir():
+        facts = [_read_one(p, run_id) for p in folder.glob("*.json") if not p.name.startswith(".")]
+        out += sorted(facts, key=lambda e: (e.made, _index(e.path)))
+    return out
+
+
+def newest(evaluations: list[Evaluation]) -> dict[Protocol, Evaluation]:
+    """The newest evaluation of each protocol (split, checkpoints averaged, until step)."""
+    return {e.protocol: e for e in evaluations}
+
+
+def _index(path: Path) -> int:
+    m = re.search(r"-(\d+)$", path.stem)
+    return int(m.group(1)) if m else 1
+
+
+def _read_one(path: Path, run_id: str) -> Evaluation:
+    obj = _load(path)
+    try:
+        p = obj["protocol"]
+        protocol = Protocol(
+            str(p["split"]),
+            int(p["average"]),
+            None if p.get("until_step") is None else int(p["until_step"]),
+            None if p.get("steps") is None else tuple(int(s) for s in p["steps"]),
+        )
+    except (KeyError, TypeError, ValueError) as e:
+        raise RecordError(f"{path}: not an evaluation (its protocol: {e.__class__.__name__}: {e})") from None
+    _check(path, obj, run_id)
+    return Evaluation(
+        protocol,
+        obj.get("metrics") or {},
+        obj.get("files") or {},
+        path,
+        str(obj.get("made", "")),
+        obj.get("by") == "ablate.run",
+    )
+
+
+def _read_merged(path: Path, run_id: str) -> list[Evaluation]:
+    """The older form: one mapping of every split's figures; each split's protocol read from its
+    `<split>_averaged_checkpoints` and its hypotheses' file name (`test.avg5.hyp.txt`; `test.hyp.txt`
+    for last.ckpt)."""
+    obj = _load(path)
+    _check(path, obj, run_id)
+    metrics, files = obj.get("metrics") or {}, obj.get("files") or {}
+    out = []
+    for key in sorted(k for k in metrics if k.endswith("_averaged_checkpoints")):
+        split = key.removesuffix("_averaged_checkpoints")
+        hyp = str(files.get(f"{split}_hyp", ""))
+        average = int(metrics[key]) if f"{split}.avg" in hyp else 0
+        prefix = f"{split}_"
+        out.append(
+            Evaluation(
+                Protocol(split, average),
+                {k: v for k, v in metrics.items() if k.startswith(prefix)},
+                {k: v for k, v in files.items() if k.startswith(prefix)},
+                path,
+            )
+        )
+    return out
+
+
+def _load(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise RecordError(f"{path}: unreadable evaluation ({e.__class__.__name__}: {e})") from None
+    if not isinstance(obj, dict):
+        raise RecordError(f"{path}: not an evaluation (a JSON {type(obj).__name__}, not an object)")
+    return obj
+
+
+def _check(path: Path, obj: dict[str, Any], run_id: str) -> None:
+    """Its fields typed as a record's are (store.record_problem), its schema this version's, its run this
+    folder's."""
+    typed = {k: obj[k] for k in ("schema_version", "metrics", "files") if k in obj}
+    fields = {"run_id": run_id, "status": FINISHED, **typed}
+    if problem := record_problem(fields):
+        raise RecordError(f"{path}: not an evaluation of a run ({problem})")
+    if obj.get("run_id", run_id) != run_id:
+        raise RecordError(f"{path}: an evaluation of run {obj['run_id']}, not of {run_id}")
