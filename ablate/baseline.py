@@ -27,6 +27,7 @@ from ablate.errors import doing, first_line, os_error_line
 from ablate.records import status
 from ablate.records.folder import atomic_write_text, run_lock
 from ablate.records.store import RECORD_NAME, baseline_record
+from ablate.tasks.parsing import ParsingTask
 from ablate.tasks.parsing.baselines import KINDS, make_parser
 from ablate.tasks.parsing.pcfg import Markov
 from ablate.tasks.parsing.score import score_parsed
@@ -67,7 +68,8 @@ def _run(folder: Path, run_id: str, row: str, config: dict, args: argparse.Names
         return 0
     train, dev, test = (load_split(args.treebank, s) for s in ("train", "dev", "test"))
     command = shlex.join(["python", "-m", "ablate.baseline", *sys.argv[1:]])
-    rec = status.transition(path, "start", baseline_record(run_id, row, "parsing", config, command=command))
+    started = baseline_record(run_id, row, ParsingTask.name, config, command=command)
+    rec = status.transition(path, "start", started)
     try:
         t0 = time.perf_counter()
         parse = make_parser(args.kind, train, Markov(args.vertical, args.horizontal))

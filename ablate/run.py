@@ -16,6 +16,7 @@ from ablate.errors import first_line, os_error_line, typed_line
 from ablate.jobs import plan
 from ablate.jobs.sweep import member_config, outcome
 from ablate.records.status import CTRL_C
+from ablate.tasks import task_of
 
 register_configs()
 
@@ -25,8 +26,7 @@ def summary(rec: dict) -> str:
     lines = [
         f"run        {rec['run_id']}  ({rec['status']})",
         f"dev PPL    {m.get('dev_ppl', float('nan')):.3f}  (per wordpiece, no label smoothing)",
-        f"dev BLEU   {m.get('dev_bleu', float('nan')):.2f}  {m.get('dev_bleu_signature', '')}",
-        *([_f1_line(m)] if "f1" in m else []),
+        *task_of(rec["task"]).summary(m),
         f"params     {rec.get('params', 0):,}  (at paper scale: {rec.get('params_paper_scale', 0):,})",
         f"steps      {rec.get('steps', 0)}  tokens/s {rec.get('tokens_per_s', 0):,.0f}  "
         f"wall {rec.get('wall_time_s', 0):.0f}s  device {rec.get('device', '?')}",
@@ -129,15 +129,6 @@ def busy_cores_note(threads: int, knob: str = "trainer.threads=") -> str | None:
     return oversubscription(threads, cores, running_threads(), knob)
 
 
-def _f1_line(m: dict) -> str:
-    """The dev F1 with what tells a parser from a flat tree: the outputs repaired, the flat-tree floor."""
-    floor = f"; one flat tree a sentence: {m['f1_flat']:.2f}" if m.get("f1_flat") is not None else ""
-    return (
-        f"dev F1     {m['f1']:.2f}  (EVALB, COLLINS.prm; <= 40 words: {m.get('f1_le40', float('nan')):.2f}; "
-        f"{m.get('n_repaired', 0)}/{m.get('n', '?')} outputs repaired{floor})"
-    )
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> dict | None:
     """One run; in a sweep, returns its outcome (ablate.jobs.sweep) for the sweep's closing line."""
@@ -178,8 +169,7 @@ def main(dcfg: DictConfig) -> dict | None:
         sys.exit(1)
     rec["_dir"] = str(identity.run_dir(cfg))
     print(summary(rec))
-    m = rec.get("metrics", {})
-    return outcome(rec["run_id"], rec["status"], rec.get("reason"), dev_bleu=m.get("dev_bleu"))
+    return outcome(rec["run_id"], rec["status"], rec.get("reason"))
 
 
 def results_dir_problem(argv: list[str]) -> str | None:
@@ -208,9 +198,7 @@ def row_file_problem(argv: list[str]) -> str | None:
     rows = [a.split("=", 1)[1] for a in argv if a.startswith("model=")]
     if not rows:
         return None
-    dirs = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config-dir", "-cd")]
-    dirs += [a.split("=", 1)[1] for a in argv if a.startswith("--config-dir=")]
-    for folder in [*dirs, Path(__file__).resolve().parents[1] / "conf"]:
+    for folder in config_dirs(argv):
         path = Path(folder) / "model" / f"{rows[-1]}.yaml"
         if path.is_file():
             return problem(path)
@@ -220,16 +208,32 @@ def row_file_problem(argv: list[str]) -> str | None:
 _HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc")
 
 
+def config_dirs(argv: list[str]) -> list[Path]:
+    """The config folders Hydra searches, first to last: `--config-dir`, the user's folders of
+    `hydra.searchpath=[file://...]` (a researcher's own experiments and rows), then the project's conf/."""
+    dirs = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config-dir", "-cd")]
+    dirs += [a.split("=", 1)[1] for a in argv if a.startswith("--config-dir=")]
+    for a in argv:
+        key, _, value = a.lstrip("+").partition("=")
+        if key == "hydra.searchpath":
+            entries = (e.strip().strip("'\"") for e in value.strip("[]").split(","))
+            dirs += [e.removeprefix("file://") for e in entries if e and not e.startswith("pkg://")]
+    return [Path(d) for d in dirs] + [Path(__file__).resolve().parents[1] / "conf"]
+
+
 def experiment_problem(argv: list[str]) -> str | None:
-    """`experiment=<name>` without its file: Hydra takes a missing optional group in silence."""
-    conf = Path(__file__).resolve().parents[1] / "conf"
+    """`experiment=<name>` without its file in any config folder: Hydra takes a missing optional group in
+    silence."""
+    *theirs, ours = config_dirs(argv)
+    folders = [f for f in theirs if (f / "experiment").is_dir()] + [ours]
+    shown = [str(f) for f in folders[:-1]] + ["conf"]  # the project's own, as the repository names it
     for o in argv:
         key, _, value = o.partition("=")
-        if key == "experiment" and value and not (conf / "experiment" / f"{value}.yaml").is_file():
-            names = sorted(p.stem for p in (conf / "experiment").glob("*.yaml"))
-            return (
-                f"experiment={value}: no file conf/experiment/{value}.yaml (experiments: {', '.join(names)})"
-            )
+        files = [f / "experiment" / f"{value}.yaml" for f in folders]
+        if key == "experiment" and value and not any(p.is_file() for p in files):
+            names = sorted({p.stem for f in folders for p in (f / "experiment").glob("*.yaml")})
+            where = " or ".join(f"{d}/experiment/{value}.yaml" for d in shown)
+            return f"experiment={value}: no file {where} (experiments: {', '.join(names)})"
     return None
 
 

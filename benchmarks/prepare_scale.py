@@ -10,7 +10,7 @@ does the training loader produce batches from the result?
 2. `python -m ablate.prepare data=wmt14_en_de data.train_src=... (local files, no download)` in a child
    process under /usr/bin/time -v: wall time and peak RSS.
 3. The loader: StepSampler + StepStream (the datamodule's train stream) over the prepared train arrays at
-   max_tokens 4096, arrays loaded fully (what TranslationData.setup does today) and memory-mapped
+   max_tokens 4096, arrays loaded fully (what Seq2SeqData.setup does today) and memory-mapped
    (binarize.load_npz_mmap): load time, sampler set-up, batches/s, tokens/s, RSS.
 
 Results go to <work>/result.json and stdout.

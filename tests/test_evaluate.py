@@ -8,7 +8,8 @@ import pytest
 import sacrebleu
 import torch
 
-from ablate.training.evaluation import _COMPOUND, average_checkpoints, tokenized_bleu
+from ablate.tasks.bleu import _COMPOUND, tokenized_bleu
+from ablate.training.evaluation import average_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 

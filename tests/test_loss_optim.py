@@ -112,10 +112,10 @@ def test_budget_clock_sets_progress_after_warmup_and_stops_at_the_deadline(tmp_p
 def test_lightning_module_applies_step_one_first():
     from ablate.config import RunConfig
     from ablate.nn.model import TransformerConfig
-    from ablate.training.module import TranslationModule
+    from ablate.training.module import Seq2SeqModule
 
     cfg = RunConfig()
-    m = TranslationModule(
+    m = Seq2SeqModule(
         cfg,
         TransformerConfig(vocab_size=20, n_layers=1, d_model=512, d_ff=8, n_heads=1, d_k=4, d_v=4),
         total_steps=10,

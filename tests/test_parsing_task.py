@@ -266,10 +266,10 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
 
 
 def test_the_run_summary_puts_the_repaired_outputs_and_the_flat_tree_floor_beside_f1():
-    from ablate.run import _f1_line
+    from ablate.tasks.parsing import ParsingTask
 
     m = {"f1": 12.95, "f1_le40": 13.11, "n_repaired": 123, "n": 127, "f1_flat": 9.9507}
-    assert _f1_line(m) == (
+    assert ParsingTask().summary(m)[0] == (
         "dev F1     12.95  (EVALB, COLLINS.prm; <= 40 words: 13.11; 123/127 outputs repaired; "
         "one flat tree a sentence: 9.95)"
     )

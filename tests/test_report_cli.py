@@ -126,9 +126,10 @@ def test_what_the_report_writes_by_default_is_ignored_by_git():
     import subprocess
 
     from ablate.report.__main__ import COMMANDS, EXT, _out_path, _parser
+    from ablate.tasks import BUILTIN, task_of
 
     paths = []
-    for cmd in COMMANDS:
+    for cmd in [*COMMANDS, *(t for name in BUILTIN for t in task_of(name).tables)]:
         for fmt in EXT:
             paths.append(str(_out_path(_parser().parse_args(["--format", fmt]), cmd)))
     paths.append("reports/plots/forest_ppl.png")

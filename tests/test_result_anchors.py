@@ -11,8 +11,8 @@ import pytest
 from result_anchors import CONFIGS, MULTI30K, PTB_SAMPLE, check_all, differences
 from test_staleness import _full_history
 
-from ablate.config import TASKS
 from ablate.records.staleness import ANCHORS, anchors
+from ablate.tasks import BUILTIN as TASKS
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,7 +6,7 @@ import sentencepiece as spm
 
 from ablate.config import ConfigError, DataConfig, RunConfig, validate
 from ablate.data.batching import StepSampler
-from ablate.data.datamodule import TranslationData, corpus_cache_key, prepare_corpus
+from ablate.data.datamodule import Seq2SeqData, corpus_cache_key, prepare_corpus
 from ablate.data.dataset import Encoded
 from ablate.data.subword import EpochSegmenter
 
@@ -103,7 +103,7 @@ def test_step_sampler_plans_each_epoch_on_its_own_segmentation(prepared):
 
 def test_the_training_stream_collates_the_epochs_segmentation(prepared, tmp_path):
     cfg = DataConfig(builtin_train=400, builtin_dev=20, builtin_test=20, vocab_size=300, bpe_dropout=0.1)
-    dm = TranslationData(cfg, prepared, max_tokens=300, accumulate=1, seed=4)
+    dm = Seq2SeqData(cfg, prepared, max_tokens=300, accumulate=1, seed=4)
     dm.setup()
     seg = dm.segmenter()
     mb, batch = next(iter(dm.train_dataloader()))
@@ -116,8 +116,8 @@ def test_the_training_stream_collates_the_epochs_segmentation(prepared, tmp_path
 
 def test_resume_position_given_to_the_constructor_or_set_later(prepared):
     cfg = DataConfig(builtin_train=400, builtin_dev=20, builtin_test=20, vocab_size=300)
-    given = TranslationData(cfg, prepared, max_tokens=300, accumulate=1, seed=4, resume_position=(0, 2))
-    later = TranslationData(cfg, prepared, max_tokens=300, accumulate=1, seed=4)
+    given = Seq2SeqData(cfg, prepared, max_tokens=300, accumulate=1, seed=4, resume_position=(0, 2))
+    later = Seq2SeqData(cfg, prepared, max_tokens=300, accumulate=1, seed=4)
     later.resume_position = (0, 2)
     firsts = []
     for dm in (given, later):

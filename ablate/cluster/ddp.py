@@ -133,9 +133,11 @@ def _mark_failed(cfg: RunConfig, path: Path, reason: str, held: list[int] | None
 
 def worker_main(cfg_path: str) -> None:
     from ablate.data.datamodule import prepare_corpus
+    from ablate.tasks import task_of
     from ablate.training.fit import run_worker
 
     cfg = to_dataclass(OmegaConf.create(json.loads(Path(cfg_path).read_text())))
+    task_of(cfg.task)  # a fresh process: the task's data sources register as the launching process's did
     faults.check_start(cfg.model.name)
     gpu_pool.bound_memory()  # hydra.launcher.jobs_per_device > 1: this job's share of each GPU
     run_worker(cfg, prepare_corpus(cfg.data))

@@ -254,9 +254,18 @@ SOURCES: dict[str, Source] = {
 }
 
 
+def register_source(name: str, src: Source) -> None:
+    """A data source a task brings (ablate.tasks.Task.sources), under its data.name; a name is one source."""
+    if SOURCES.get(name, src) is not src:
+        raise ConfigError(f"data.name={name!r}: a second data source under a name already taken")
+    SOURCES[name] = src
+
+
 def source(cfg: DataConfig) -> Source:
     if cfg.name not in SOURCES:
-        raise ConfigError(f"data.name={cfg.name!r} is not one of {', '.join(SOURCES)}")
+        raise ConfigError(
+            f"data.name={cfg.name!r} is not one of {', '.join(SOURCES)} (or of the sources of task=)"
+        )
     return SOURCES[cfg.name]
 
 

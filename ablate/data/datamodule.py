@@ -14,7 +14,7 @@ from ablate.data.dataset import Batch, Encoded, collate
 from ablate.data.sources import SPLITS
 from ablate.data.subword import EpochSegmenter
 
-__all__ = ["Prepared", "StepStream", "TranslationData", "corpus_cache_key", "load_corpus", "prepare_corpus"]
+__all__ = ["Prepared", "StepStream", "Seq2SeqData", "corpus_cache_key", "load_corpus", "prepare_corpus"]
 
 
 class StepStream(torch.utils.data.IterableDataset):
@@ -29,7 +29,7 @@ class StepStream(torch.utils.data.IterableDataset):
             yield mb, collate(self.data(mb.epoch), mb.indices)
 
 
-class TranslationData(pl.LightningDataModule):
+class Seq2SeqData(pl.LightningDataModule):
     def __init__(
         self,
         cfg: DataConfig,

@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from ablate.config import RunConfig, to_dataclass
+from ablate.tasks import task_of
 
 FINISHED = "finished"
 
@@ -33,6 +34,7 @@ def member_config(dcfg: DictConfig, task_overrides: list[str], launcher: str | N
     hydra/launcher=gpus, and its experiment's group (`experiment_group`, unless logger or sweep_name set
     one)."""
     cfg = to_dataclass(dcfg)
+    task_of(cfg.task)  # a task= that names no task stops here in one line; a task's data sources register
     cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))
     if launcher == "gpus" and cfg.trainer.device_pool is None:
         cfg.trainer.device_pool = []  # every GPU of the machine (devices.pool)

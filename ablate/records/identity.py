@@ -68,7 +68,12 @@ def identity_dict(cfg) -> dict[str, Any]:
     # so their run ids stay what they were. A fingerprint (ablate.data.fingerprint) is the sha256 of the
     # content, recomputed only when a file's size or mtime changed: `touch` alone renames nothing.
     from ablate.data.corpora import data_fingerprint
+    from ablate.tasks import task_of
 
+    try:
+        task_of(cfg.task)  # a task's own data source fingerprints its files too
+    except ValueError:  # a task that does not load is refused by name where the run starts
+        pass
     fingerprint = data_fingerprint(cfg.data)
     if fingerprint is not None:
         out = {k: v for k, v in out.items() if k not in DATA_PATHS}

@@ -4,7 +4,8 @@ The rule: **a record is current while its code hash is today's, or is the hash o
 (`.result-anchors`) and no uncommitted change touches that task's code.**
 
 - The code hash covers the code a task runs: every file under `ablate/` except the orchestration
-  packages (`NOT_RESULT`) and other tasks' own folders (`ablate.config.TASKS`), each Python file read
+  packages (`NOT_RESULT`) and other tasks' own folders (`Task.own_code`), and for a task outside the
+  package the files of its module's folder, each Python file read
   as Python's tokenizer reads it, comments, docstrings and blank lines aside (`result_text`). So a
   comment, a docstring or a blank line never stales a record, and nothing needs declaring for it.
 - An anchor (`<revision> <task> <code hash>  # why`) says: the tiny runs of the task's configurations
@@ -26,8 +27,8 @@ import tokenize
 from pathlib import Path
 from typing import Any
 
-from ablate.config import TASKS
-from ablate.tasks import own_code
+from ablate.config import DEFAULT_TASK, ConfigError
+from ablate.tasks import BUILTIN, own_code
 
 PACKAGE = Path(__file__).resolve().parents[1]
 ROOT = PACKAGE.parent
@@ -54,7 +55,7 @@ def runs(task: str, path: str) -> bool:
     """Whether a run of `task` may run the file at `path` (relative to the repository)."""
     if not path.startswith("ablate/") or path.startswith(NOT_RESULT) or "__pycache__" in path:
         return False
-    others = (p for name in TASKS if name != task for p in own_code(name))
+    others = (p for name in BUILTIN if name != task for p in own_code(name))
     return not path.startswith(tuple(others))
 
 
@@ -86,10 +87,22 @@ def result_text(path: str, data: bytes) -> bytes:
 def code_hash(task: str) -> str:
     """One hash of what can change a result (`result_text`) in every file a run of `task` may run."""
     h = hashlib.sha256()
-    for path in sorted(p for p in _package_files() if runs(task, p)):
-        text = result_text(path, (ROOT / path).read_bytes())
+    files = [(p, ROOT / p) for p in _package_files() if runs(task, p)] + _outside_files(task)
+    for path, file in sorted(files):
+        text = result_text(path, file.read_bytes())
         h.update(path.encode() + b"\0" + hashlib.sha256(text).digest())
     return h.hexdigest()[:12]
+
+
+def _outside_files(task: str) -> list[tuple[str, Path]]:
+    """A task outside the package: the files of its own folders, each named by its folder's name and its
+    path inside it (the same code elsewhere hashes alike)."""
+    out = []
+    for folder in (Path(p) for p in own_code(task) if Path(p).is_absolute()):
+        for f in folder.rglob("*"):
+            if f.is_file() and f.suffix != ".pyc" and "__pycache__" not in f.parts:
+                out.append((f"{folder.name}/{f.relative_to(folder).as_posix()}", f))
+    return out
 
 
 def _package_files() -> list[str]:
@@ -116,22 +129,30 @@ def uncommitted(task: str) -> list[str]:
 
 def why_stale(rec: dict[str, Any]) -> str | None:
     """Why `rec` is stale (one phrase naming what changed), or None where it is current."""
-    task = rec.get("task", "")
-    if rec.get("code_hash") == code_hash(task):
+    task = rec.get("task") or DEFAULT_TASK
+    try:
+        now = code_hash(task)
+    except ConfigError as e:  # a task outside the package that this machine cannot import
+        return f"its code cannot be read here ({e})"
+    if rec.get("code_hash") == now:
         return None  # the same code, as Python reads it
     if rec.get("code_hash") in _anchors().get(task, {}):
         now = _changed_since_head(task)
         return f"code changed: uncommitted change to {', '.join(now)}" if now else None
+    outside = [p for p in own_code(task) if Path(p).is_absolute()]  # a task's folder outside the package
     if rec.get("uncommitted"):
-        return f"made from uncommitted code ({', '.join(rec['uncommitted'])}), changed since"
+        also = f", or its task's folder {outside[0]}" if outside else ""
+        return f"made from uncommitted code ({', '.join(rec['uncommitted'])}), changed since{also}"
     rev = rec.get("git")
     if not rev:
-        return f"code {rec.get('code_hash')} != {code_hash(task)} (the record names no revision)"
+        return f"code {rec.get('code_hash')} != {now} (the record names no revision)"
     changed = _changed_since(rev, task)
     if changed is None:
         return f"code changed since (revision {rev[:10]} is not in this repository's history)"
-    more = f" and {len(changed) - 6} more" if len(changed) > 6 else ""
-    return f"code changed since {rev[:10]}: {', '.join(changed[:6]) or 'its files'}{more}"
+    what = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
+    if outside:
+        what += (", or " if what else "") + f"its task's folder {outside[0]}"
+    return f"code changed since {rev[:10]}: {what or 'its files'}"
 
 
 @functools.cache

@@ -1,8 +1,9 @@
-"""python -m ablate.report [table3|table2|table4|params|dashboard|levelled] [options]
+"""python -m ablate.report [table3|metrics|params|dashboard|levelled|<a task's table>] [--task T] [options]
 
 table3 (default)  the Table 3 variations table from result records, with statistics, plots, gap and cost
-table2            test BLEU (sacreBLEU and tokenized) beside the paper's Table 2
-table4            parsing F1 beside the paper's Table 4
+metrics           any task's variations table: its declared metrics and perplexity against base (--task)
+table2, table4    the tables a task declares (translation: test BLEU beside the paper's Table 2; parsing:
+                  F1 beside the paper's Table 4); a task outside the package names its own
 params            every row's parameter count at the paper's scale beside the paper's column
 dashboard         a W&B Report for a sweep: saved online; offline, its spec and the commands that publish it
                   (options: python -m ablate.report dashboard --help)
@@ -18,9 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ablate.config import DEFAULT_TASK
 from ablate.report.render import FORMATS, Table, render, to_json, to_markdown
 
-COMMANDS = ("table3", "table2", "table4", "params")
+COMMANDS = ("table3", "metrics", "params")  # and the tables tasks declare (ablate.tasks: Task.tables)
 EXT = {"md": "md", "csv": "csv", "json": "json", "latex": "tex"}
 
 
@@ -88,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
         help="use records of this preset: 'recipe+scale', or one name where both agree (default: the base's)",
     )
     p.add_argument("--sweep", default=None, help="use only records of this sweep")
+    p.add_argument(
+        "--task",
+        default=None,
+        help="the task whose records a table reads (a built-in name or module:Class; default: the task "
+        f"that declares the table, else {DEFAULT_TASK})",
+    )
     p.add_argument("--rows", default=None, help="comma-separated rows (default: all paper rows + extras)")
     p.add_argument(
         "--seeds",
@@ -135,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         from ablate.report.levelling import main as levelled
 
         return levelled(argv[1:])
-    cmd = argv.pop(0) if argv and argv[0] in COMMANDS else "table3"
+    cmd = argv.pop(0) if argv and not argv[0].startswith("-") else "table3"
     args = _parser().parse_args(argv)
     if cmd == "params":
         return _params(args)
@@ -153,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ablate.report.collect import SelectionError, collect
 
-    task = "parsing" if cmd == "table4" else "translation"
     try:
+        task, table_fn = _table_of(cmd, args.task)
         coll = collect(
             results, args.conf, task=task, preset=args.preset, sweep=args.sweep, average=args.average
         )
@@ -169,16 +177,51 @@ def main(argv: list[str] | None = None) -> int:
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(_selection_line(coll), file=sys.stderr)
-    if cmd in ("table2", "table4"):
-        from ablate.report.table2 import table2
-        from ablate.report.table4 import table4
-
-        table, notes = (table2 if cmd == "table2" else table4)(coll)
+    if table_fn is not None:
+        table, notes = table_fn(coll)
         table.notes = notes
         text = render(table, args.format) if args.format != "md" else to_markdown(table)
         out = _out_path(args, cmd)
         return _written(lambda: _emit(text, out, args.quiet), [], [out])
     return _table3(args, coll, rows)
+
+
+def _table_of(cmd: str, task: str | None):
+    """(the task whose records a command reads, its table function; None for the variations tables): a
+    table the given task declares, else the built-in task that declares `cmd`."""
+    from functools import partial
+
+    from ablate.config import ConfigError
+    from ablate.report.collect import SelectionError
+    from ablate.tasks import table, task_of
+
+    if task is not None:
+        try:
+            declared = task_of(task).tables
+        except ConfigError as e:
+            raise SelectionError(f"--task {e}") from None
+        if cmd in declared:
+            return task, _function(declared[cmd])
+    elif found := table(cmd):
+        return found
+    if cmd == "metrics":
+        from ablate.report.metrics import metrics_table
+
+        name = task or DEFAULT_TASK
+        return name, partial(metrics_table, task=task_of(name))
+    if cmd == "table3":
+        return task or DEFAULT_TASK, None
+    raise SelectionError(
+        f"no table {cmd!r}" + (f" of task {task}" if task else "") + " (commands: table3, metrics, params, "
+        "dashboard, levelled, and the tables of a task: python -m ablate.report --help)"
+    )
+
+
+def _function(where: str):
+    import importlib
+
+    module, _, name = where.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def _rows(text: str | None, known: set[str]) -> list[str] | None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ablate import paper
-from ablate.config import ModelConfig, default_results, to_dataclass, total_steps
+from ablate.config import DEFAULT_TASK, ModelConfig, default_results, to_dataclass, total_steps
 from ablate.config.rows import ordered, resolve_row
 from ablate.records.evaluations import Evaluation, Protocol, newest
 from ablate.records.evaluations import read as read_evaluations
@@ -310,10 +310,10 @@ class SelectionError(ValueError):
 def _select(runs: list[Run], task: str, preset: str | None, sweep: str | None, excluded: list[str]):
     """The records of one table: this task, this sweep (if given), one preset (by default the newest
     sweep's). What is left out gets a line in `excluded`; returns (runs, preset, why that preset)."""
-    other_task = [r for r in runs if r.rec.get("task", "translation") != task]
+    other_task = [r for r in runs if r.rec.get("task", DEFAULT_TASK) != task]
     if other_task:
         excluded.append(f"{len(other_task)} record(s) of another task")
-    runs = [r for r in runs if r.rec.get("task", "translation") == task]
+    runs = [r for r in runs if r.rec.get("task", DEFAULT_TASK) == task]
     if sweep is not None:
         n = len(runs)
         sweeps = sorted({str(r.rec.get("sweep")) for r in runs if r.rec.get("sweep")})
@@ -396,7 +396,7 @@ def _one_per_cell(runs: list[Run], rows: RowConfigs, excluded: list[str]) -> dic
 def collect(
     results_dir: str | Path | None = None,
     conf_dir: str | Path | None = None,
-    task: str = "translation",
+    task: str = DEFAULT_TASK,
     preset: str | None = None,
     sweep: str | None = None,
     average: int | None = None,

@@ -25,7 +25,7 @@ import wandb_workspaces.reports.v2 as wr
 from wandb_workspaces import expr
 from wandb_workspaces.reports.v2 import internal
 
-from ablate.config import default_results
+from ablate.config import DEFAULT_TASK, default_results
 from ablate.config.rows import group_order
 from ablate.report.plots import plot_titles
 
@@ -54,13 +54,13 @@ def wandb_group(records: list[dict], sweep: str) -> str:
     return sweep
 
 
-def sweep_records(records: list[dict], sweep: str) -> list[dict]:
-    """The sweep's translation runs that have a W&B run, one record per run. A run's record also sits in its
+def sweep_records(records: list[dict], sweep: str, task: str = DEFAULT_TASK) -> list[dict]:
+    """The sweep's runs of `task` that have a W&B run, one record per run. A run's record also sits in its
     W&B files folder (tracking.finish copies it), so the shallowest copy stands for the run; a run rejected
     before training (failed, no metrics) never started a W&B run."""
     by_id: dict[str, dict] = {}
     for rec in sorted(records, key=lambda r: len(Path(r.get("_path", "")).parts)):
-        if rec.get("sweep") != sweep or rec.get("task", "translation") != "translation":
+        if rec.get("sweep") != sweep or rec.get("task", DEFAULT_TASK) != task:
             continue
         if rec.get("status") == "failed" and not rec.get("metrics"):
             continue
@@ -68,17 +68,17 @@ def sweep_records(records: list[dict], sweep: str) -> list[dict]:
     return list(by_id.values())
 
 
-def _none_chosen(records: list[dict], sweep: str | None, results: str) -> str:
+def _none_chosen(records: list[dict], sweep: str | None, results: str, task: str) -> str:
     """Why a sweep has no run to show, from what its records say: no such sweep, or records none of which
     started a W&B run (rejected or failed before training), with their statuses and the first reason."""
     known = sorted({r["sweep"] for r in records if r.get("sweep")})
     members = [r for r in records if r.get("sweep") == sweep and sweep is not None]
     if not members:
         return f"no records of sweep {sweep!r} under {results} (sweeps: {', '.join(known) or 'none'})"
-    tasks = sorted({str(r.get("task", "translation")) for r in members})
-    if "translation" not in tasks:
+    tasks = sorted({str(r.get("task", DEFAULT_TASK)) for r in members})
+    if task not in tasks:
         what = f"{len(members)} record(s) of task {', '.join(tasks)}"
-        return f"sweep {sweep!r} under {results}: {what}, none of Table 3's"
+        return f"sweep {sweep!r} under {results}: {what}, none of task {task} (--task)"
     statuses = Counter(str(r.get("status")) for r in members)
     reason = next((r["reason"] for r in members if r.get("reason")), None)
     return (
@@ -300,14 +300,14 @@ def offline_folders(records: list[dict]) -> list[Path]:
     return sorted(set(runs)) + report_run_folders()
 
 
-def _table_markdown(results: Path, sweep: str) -> str:
+def _table_markdown(results: Path, sweep: str, task: str) -> str:
     """The text `python -m ablate.report` writes for the sweep, without the plot images (a W&B Markdown
     block cannot reach local files)."""
     from ablate.report import table3 as t3
     from ablate.report.analysis import analyse
     from ablate.report.collect import collect
 
-    coll = collect(results, None, task="translation", sweep=sweep)
+    coll = collect(results, None, task=task, sweep=sweep)
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     return t3.table3_markdown(analyse(coll), {}, None)
@@ -320,6 +320,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--results", default=default_results(), help="folder of run folders with record.json")
     p.add_argument("--sweep", default=None, help="the sweep (default: the newest among the records)")
+    p.add_argument("--task", default=DEFAULT_TASK, help="the task whose runs it shows")
     p.add_argument("--entity", default=None, help="W&B entity (default: the runs' logger.entity, else yours)")
     p.add_argument("--project", default=None, help="W&B project (default: the runs' logger.project)")
     p.add_argument("--out", default=DEFAULT_OUT, help="the report's spec (JSON)")
@@ -335,9 +336,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no result records under {args.results}", file=sys.stderr)
         return 2
     sweep = args.sweep or newest_sweep(records)
-    chosen = sweep_records(records, sweep) if sweep else []
+    chosen = sweep_records(records, sweep, args.task) if sweep else []
     if not chosen:
-        print(f"error: {_none_chosen(records, sweep, args.results)}", file=sys.stderr)
+        print(f"error: {_none_chosen(records, sweep, args.results, args.task)}", file=sys.stderr)
         return 2
     from ablate.config import LoggerConfig
     from ablate.records.tracking import project_of, wandb_mode
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     logger = chosen[0].get("config", {}).get("logger", {})
     project = args.project or project_of(logger.get("project") or LoggerConfig().project)
     entity = args.entity or logger.get("entity") or os.environ.get("WANDB_ENTITY") or ""
-    markdown = _table_markdown(Path(args.results), sweep)
+    markdown = _table_markdown(Path(args.results), sweep, args.task)
 
     from ablate.records.tracking import WandbUnreachable
 

@@ -8,7 +8,15 @@ from dataclasses import asdict, fields
 from typing import Any
 
 from ablate import paper
-from ablate.config import ArchConfig, DataConfig, DecodeConfig, TrainConfig, TrainerConfig, default_results
+from ablate.config import (
+    DEFAULT_TASK,
+    ArchConfig,
+    DataConfig,
+    DecodeConfig,
+    TrainConfig,
+    TrainerConfig,
+    default_results,
+)
 from ablate.records.identity import NOT_IDENTITY
 from ablate.report.analysis import Analysis
 from ablate.report.collect import Run
@@ -89,7 +97,7 @@ def run_overrides(
                 default = list(preset[key]) if isinstance(preset[key], tuple) else preset[key]
             if v != default:
                 out.append(f"{key}={_hydra_value(v)}")
-    if run.rec.get("task", "translation") != "translation":
+    if run.rec.get("task", DEFAULT_TASK) != DEFAULT_TASK:
         out.append(f"task={run.rec['task']}")
     if results_dir and results_dir != default_results():
         out.append(f"results_dir={_hydra_value(results_dir)}")

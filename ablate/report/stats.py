@@ -25,6 +25,15 @@ def mean_sd(x) -> tuple[float, float, int]:
     return float(a.mean()), float(a.std(ddof=1)) if n > 1 else math.nan, n
 
 
+def t_interval(x, conf: float = 0.95) -> tuple[float, float]:
+    """Student's t interval for the mean of x (at least two values): mean ± t(n-1) sd / sqrt(n)."""
+    a = np.asarray(x, dtype=float)
+    if a.size < 2:
+        raise ValueError("a t interval needs at least two values")
+    half = sps.t.ppf(0.5 + conf / 2, a.size - 1) * a.std(ddof=1) / math.sqrt(a.size)
+    return float(a.mean() - half), float(a.mean() + half)
+
+
 @dataclass(frozen=True)
 class TTest:
     kind: str  # "paired t" | "Welch t"

@@ -1,47 +1,155 @@
-"""Tasks: what one experiment adds to the shared model, training and decoding, as fairseq's `FairseqTask`
-does. Translation is the paper's task; parsing (section 6.3, Table 4) trains the same model on linearized
-trees and adds EVALB's F1 and a well-formed search.
+"""Tasks: what differs between experiments on the shared model, training and decoding, as fairseq's
+`FairseqTask` does. A task declares its metrics (name, direction, how a split's figure accumulates, its
+per-sentence statistics), scores its decoded dev outputs, may restrict the search to what it can write,
+says its figures in one line, and names the report tables that show it. Translation (`tasks/translation/`)
+and parsing (`tasks/parsing/`, section 6.3, Table 4) are peers; a researcher's own task is a class outside
+the package, named by `task=package.module:Class` (docs/tasks.md).
 
-A task is reached through `task_of(name)`: the shared code (training, decoding, `ablate.evaluate`) calls
-its hooks and never asks which task it runs. Each task's own code lies in its own folders (`own_code`),
-which no other task imports: staleness (ablate.records.staleness) leaves them out of the other tasks'
-code. `ablate.config.TASKS` names each task, its class and its folders.
+Shared code (training, records, jobs, the report's machinery, the commands) reaches a task only through
+`task_of(cfg.task)` and what it declares: it never asks which task it runs.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ablate.config import TASKS
+import numpy as np
+
+from ablate.config import ConfigError
+
+# The tasks of the package, by the name `task=` takes; any other value is an importable `module:Class`,
+# or the name of an entry point in the group `ablate.tasks` of an installed distribution.
+BUILTIN = {
+    "translation": "ablate.tasks.translation:TranslationTask",
+    "parsing": "ablate.tasks.parsing:ParsingTask",
+}
+ENTRY_POINTS = "ablate.tasks"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A dev figure a task declares: what training logs, the curves hold, the record keeps and the report
+    reads, by name."""
+
+    name: str  # logged as dev/<name>
+    label: str  # how a table heads it
+    higher_is_better: bool
+    accumulates: str  # how a split's figure is made from its sentences (a phrase the report can print)
+    record_key: str  # its key in a record's metrics
+    curve_key: str  # its key in a dev line of curves.jsonl
+    sentence_stats: str | None = None  # its per-sentence statistics in dev_sentences.npz (the bootstrap)
+
+
+# Perplexity is every task's: the model's per-wordpiece NLL without label smoothing, token-weighted (the
+# shared training computes it; a task declares only what it adds).
+PPL = Metric(
+    "ppl", "PPL", False, "exp of the summed NLL over the summed wordpieces", "dev_ppl", "dev_ppl", "nll"
+)
+
+
+@dataclass
+class Scored:
+    """A dev scorer's answer: figures by record key, and per-sentence statistics by name (written to
+    dev_sentences.npz beside the per-sentence NLL and token counts)."""
+
+    figures: dict[str, Any]
+    sentences: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 class Task:
-    """The translation task, and the hooks every task may override (each a no-op here)."""
+    """The hooks of a task. A subclass sets the class attributes and overrides what it needs."""
 
-    name = "translation"
+    name = ""  # as records and `task=` name it (a task outside the package: its `module:Class`)
+    label = ""  # one line: what the task is
+    metrics: tuple[Metric, ...] = ()  # dev figures beyond perplexity; the first is its headline
+    own_code: tuple[str, ...] = ()  # folders only its runs import (repository-relative, or absolute)
+    tables: dict[str, str] = {}  # report command -> "module:function" (Collection -> (Table, notes))
 
-    def dev_scorer(self, cfg, prepared, dm) -> Callable[[list[str]], dict[str, Any]] | None:
-        """A function of the decoded dev outputs whose figures join the dev metrics (None: BLEU alone)."""
+    def dev_scorer(self, cfg, prepared, dm) -> Callable[[list[str], list[str]], Scored] | None:
+        """A function of the decoded dev outputs and their references giving the task's figures (None:
+        perplexity alone)."""
         return None
 
     def stepper(self, cfg, stepper):
         """The search's view of the model (decode.Stepper); a task may restrict what it can write."""
         return stepper
 
-    def split_metrics(self, cfg, prepared, dm, split: str, hyps: list[str]) -> tuple[dict, dict[str, str]]:
-        """Figures beyond BLEU of a decoded split (`ablate.evaluate`), and the text of files to write beside
-        its hypotheses, by suffix."""
+    def split_metrics(
+        self, cfg, prepared, dm, split: str, hyps: list[str], refs: list[str]
+    ) -> tuple[dict, dict[str, str]]:
+        """Figures of a decoded split (`ablate.evaluate`; keys prefixed by the split), and the text of
+        files to write beside its hypotheses, by suffix."""
         return {}, {}
+
+    def sources(self) -> dict[str, Any]:
+        """Data sources it brings (data.name -> ablate.data.corpora.Source), registered when it loads."""
+        return {}
+
+    def summary(self, metrics: dict[str, Any]) -> list[str]:
+        """Lines for the end of a run: its declared figures."""
+        return [
+            f"dev {m.label:<6} {metrics[m.record_key]:.2f}" for m in self.metrics if m.record_key in metrics
+        ]
+
+    def headline(self) -> Metric:
+        return self.metrics[0] if self.metrics else PPL
+
+
+_LOADED: dict[str, Task] = {}
 
 
 def task_of(name: str) -> Task:
-    where, _ = TASKS[name]
-    module, _, cls = where.partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    """The task `task=` names: a built-in name, an entry point of the group `ablate.tasks`, or an
+    importable `module:Class`. Its data sources are registered once it loads."""
+    if name not in _LOADED:
+        task = _load(name)
+        task.name = name
+        from ablate.data.corpora import register_source
+
+        for data_name, source in task.sources().items():
+            register_source(data_name, source)
+        _LOADED[name] = task
+    return _LOADED[name]
+
+
+def _load(name: str) -> Task:
+    where = BUILTIN.get(name) or _entry_point(name) or name
+    module, _, attr = where.partition(":")
+    if not attr:
+        raise ConfigError(f"task={name}: not a task ({', '.join(BUILTIN)}, or an importable module:Class)")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"task={name}: cannot load it ({type(e).__name__}: {e})") from None
+    if not (isinstance(cls, type) and issubclass(cls, Task)):
+        raise ConfigError(f"task={name}: {where} is not a subclass of ablate.tasks.Task")
+    return cls()
+
+
+def _entry_point(name: str) -> str | None:
+    found = [ep for ep in importlib.metadata.entry_points(group=ENTRY_POINTS) if ep.name == name]
+    return found[0].value if found else None
 
 
 def own_code(name: str) -> tuple[str, ...]:
-    """The folders only runs of task `name` import."""
-    return TASKS[name][1]
+    """The folders only runs of task `name` import: a built-in task's as it declares them; a task outside
+    the package, the folder of its module (its records' staleness covers it)."""
+    task = task_of(name)
+    if name in BUILTIN:
+        return task.own_code
+    module = importlib.import_module(type(task).__module__)
+    return (*task.own_code, str(Path(module.__file__).resolve().parent) + "/")
+
+
+def table(command: str) -> tuple[str, Callable] | None:
+    """(task, its table function) of the built-in task that declares report table `command`."""
+    for name in BUILTIN:
+        if command in task_of(name).tables:
+            module, _, fn = task_of(name).tables[command].partition(":")
+            return name, getattr(importlib.import_module(module), fn)
+    return None

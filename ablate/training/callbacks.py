@@ -113,10 +113,8 @@ class Curves(Callback):
         if trainer.sanity_checking or not module.last_eval:
             return
         row = {"step": trainer.global_step, "dev_ppl": module.last_eval["dev_ppl"]}
-        if "dev_bleu" in module.last_eval:
-            row["dev_bleu"] = module.last_eval["dev_bleu"]
-        if "parsing" in module.last_eval:
-            row["dev_f1"] = module.last_eval["parsing"]["f1"]
+        figures = module.last_eval["figures"]
+        row |= {m.curve_key: figures[m.record_key] for m in module.metrics if m.record_key in figures}
         self._write(trainer, row)
 
 

@@ -1,23 +1,18 @@
-"""The paper's test protocol (Table 2): average the last N checkpoints, decode, score two ways
+"""The paper's test protocol (Table 2): average the last N checkpoints, decode, score by the task
 (`python -m ablate.evaluate` is its command line).
 
 Checkpoint averaging (6.1): base averages the last 5 checkpoints, big the last 20; Table 3 used none.
-Decoding is the run's own (beam 4, alpha 0.6, max length input + 50 by default). Two BLEU figures come from
-the same hypotheses, each labelled:
-- sacreBLEU on detokenized text, with its signature (what to compare across papers);
-- tokenized, compound-split BLEU: Moses tokenization, then "Mitte-Links" -> "Mitte ##AT##-##AT## Links",
-  then BLEU on those tokens (what tensor2tensor's get_ende_bleu.sh computed for the paper's 27.3 / 28.4).
-Hypotheses are saved beside the record, and the figures (test_bleu, test_bleu_tok, the count of averaged
-checkpoints) as an evaluation of their own under its protocol (ablate.records.evaluations): the record
-stays as its run wrote it, and a reader shows the run's own figures unless asked for a protocol.
+Decoding is the run's own (beam 4, alpha 0.6, max length input + 50 by default); the figures are the task's
+(`Task.split_metrics`: for translation sacreBLEU and tokenized BLEU, ablate.tasks.bleu). Hypotheses are
+saved beside the record, and the figures, with the count of averaged checkpoints, as an evaluation of their
+own under its protocol (ablate.records.evaluations): the record stays as its run wrote it, and a reader
+shows the run's own figures unless asked for a protocol.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-import sacrebleu
 import torch
 from omegaconf import OmegaConf
 
@@ -27,8 +22,6 @@ from ablate.records import evaluations, folder, store
 from ablate.records.evaluations import Protocol
 from ablate.records.folder import step_checkpoints, step_of
 from ablate.tasks import task_of
-
-_COMPOUND = re.compile(r"(\S)-(\S)")
 
 
 def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
@@ -48,21 +41,6 @@ def average_checkpoints(paths: list[Path]) -> dict[str, torch.Tensor]:
     return {k: (v / len(paths)).float() for k, v in total.items()}
 
 
-def tokenized_bleu(hyps: list[str], refs: list[str], lang: str) -> float:
-    """BLEU on Moses-tokenized, compound-split text (the paper's scoring; see the module docstring)."""
-    from sacremoses import MosesTokenizer
-
-    tok = MosesTokenizer(lang=lang)
-
-    def prep(line: str) -> str:
-        text = tok.tokenize(line, return_str=True, escape=False)
-        return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", _COMPOUND.sub(r"\1 ##AT##-##AT## \2", text))
-
-    return sacrebleu.corpus_bleu(
-        [prep(h) for h in hyps], [[prep(r) for r in refs]], tokenize="none", force=True
-    ).score
-
-
 def load_config(run_dir: Path) -> RunConfig:
     rec = store.read_record(run_dir / store.RECORD_NAME)
     return to_dataclass(OmegaConf.create(rec["config"]))
@@ -78,9 +56,10 @@ def evaluate_run(
     by_run: bool = False,
 ) -> dict:
     """Decode `split` with the last checkpoint, or the mean of the last `average` step checkpoints, and
-    score it: BLEU, and for a parsing run EVALB's F1 with the hypotheses as trees. With `until_step`, only
-    checkpoints up to that step count (a point of a BLEU-vs-time curve). Every evaluation is kept under its
-    protocol, the run's record left as it is; `by_run`: the training run's own (train.average_last)."""
+    score it by the task's split_metrics (translation: sacreBLEU and tokenized BLEU; parsing: EVALB too).
+    With `until_step`, only checkpoints up to that step count (a point of a curve). Every evaluation is
+    kept under its protocol, the run's record left as it is; `by_run`: the training run's own
+    (train.average_last)."""
     run_dir = Path(run_dir)
     with doing(f"evaluating the run in {run_dir}"):
         return _evaluate(run_dir, average, split, src, ref, until_step, by_run)
@@ -89,17 +68,18 @@ def evaluate_run(
 def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> dict:
     import sentencepiece as spm
 
-    from ablate.data.datamodule import TranslationData, prepare_corpus
-    from ablate.training.module import TranslationModule
+    from ablate.data.datamodule import Seq2SeqData, prepare_corpus
+    from ablate.training.module import Seq2SeqModule
 
     cfg = load_config(run_dir)
+    task = task_of(cfg.task)  # before the corpus: a task may bring its data source
     prepared = prepare_corpus(cfg.data)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
     ckpts = _checkpoints(run_dir, average, until_step)
-    module = TranslationModule(cfg, effective_model(cfg, prepared.meta["vocab_size"]), 1, 1)
+    module = Seq2SeqModule(cfg, effective_model(cfg, prepared.meta["vocab_size"]), 1, 1)
     module.load_state_dict(average_checkpoints(ckpts))
     module.eval()
-    dm = TranslationData(cfg.data, prepared, cfg.train.max_tokens, 1, cfg.seed)
+    dm = Seq2SeqData(cfg.data, prepared, cfg.train.max_tokens, 1, cfg.seed)
     dm.setup()
     split, refs = _split(dm, sp, run_dir, split, src, ref)
     out = _decode(module, dm, sp, split, len(refs))
@@ -110,9 +90,8 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> di
         tuple(step_of(p) for p in ckpts) if average or until_step is not None else _last_step(run_dir),
     )
     folder.atomic_write_text(run_dir / f"{protocol.tag}.hyp.txt", "\n".join(out) + "\n")
-    metrics = {**_bleu(out, refs, split, cfg.data.tgt_lang), f"{split}_averaged_checkpoints": len(ckpts)}
-    figures, files = task_of(cfg.task).split_metrics(cfg, prepared, dm, split, out)
-    metrics.update(figures)
+    figures, files = task.split_metrics(cfg, prepared, dm, split, out, refs)
+    metrics = {**figures, f"{split}_sentences": len(out), f"{split}_averaged_checkpoints": len(ckpts)}
     for suffix, text in files.items():
         folder.atomic_write_text(run_dir / f"{protocol.tag}{suffix}", text)
     rec = store.read_record(run_dir / store.RECORD_NAME)
@@ -174,13 +153,3 @@ def _decode(module, dm, sp, split: str, n: int) -> list[str]:
             for i, h in zip(b.index.tolist(), module.translate(b)):
                 hyps[i] = sp.decode(h)
     return [hyps[i] for i in range(n)]
-
-
-def _bleu(out: list[str], refs: list[str], split: str, lang: str) -> dict:
-    bleu = sacrebleu.metrics.BLEU()
-    return {
-        f"{split}_bleu": bleu.corpus_score(out, [refs]).score,
-        f"{split}_bleu_signature": str(bleu.get_signature()),
-        f"{split}_bleu_tok": tokenized_bleu(out, refs, lang),
-        f"{split}_sentences": len(out),
-    }

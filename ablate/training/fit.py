@@ -32,7 +32,7 @@ from ablate.config import (
     step_tokens,
     total_steps,
 )
-from ablate.data.datamodule import Prepared, TranslationData
+from ablate.data.datamodule import Prepared, Seq2SeqData
 from ablate.errors import typed_line
 from ablate.nn.model import Transformer, count_parameters
 from ablate.records import folder, identity, status, store, tracking
@@ -54,7 +54,7 @@ from ablate.training.hardware import (
     keep_freed_memory,
     resolve_precision,
 )
-from ablate.training.module import TranslationModule
+from ablate.training.module import Seq2SeqModule
 from ablate.training.stop import StopAtStep, slurm_environment
 
 # Warnings Lightning prints on every run, or every resumed one, that say nothing about this one: a
@@ -88,7 +88,7 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
     logger, trainer = None, None
     try:
         resume = _resume_state(out / "checkpoints", out / "curves.jsonl")
-        dm = TranslationData(
+        dm = Seq2SeqData(
             cfg.data, prepared, cfg.train.max_tokens, accumulation(cfg), cfg.seed,
             resume_position=resume.position if resume else None,
         )  # fmt: skip
@@ -120,7 +120,7 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
     if rank0:
         timing = {"wall_time_s": time.perf_counter() - t_start, "train_time_s": train_time}
         record = _finish(cfg, out, record, trainer, module, dm, final, timing)
-        _log_final(logger, record, final, dm.sources_text("dev"), module.references)
+        _log_final(logger, record, final, dm.sources_text("dev"), module.references, module.metrics)
     tracking.finish(logger, [rec_path, out / "curves.jsonl", out / "dev_sentences.npz"])
     return record
 
@@ -156,23 +156,22 @@ def _data_facts(prepared: Prepared) -> dict:
     return {"corpus_key": meta["corpus_key"], "splits": meta["splits"]}
 
 
-def _module(
-    cfg: RunConfig, prepared: Prepared, dm: TranslationData, budget: Budget | None
-) -> TranslationModule:
+def _module(cfg: RunConfig, prepared: Prepared, dm: Seq2SeqData, budget: Budget | None) -> Seq2SeqModule:
     """The model (initialized from the seed: nothing before it draws from the random generators), with the
-    tokenizer and dev references it decodes against, and the parsing scorer for task=parsing."""
+    tokenizer and dev references it decodes against, and the task's scorer and declared metrics."""
     import sentencepiece as spm
 
     references = dm.references("dev")[: cfg.decode.dev_limit or None]
-    scorer = task_of(cfg.task).dev_scorer(cfg, prepared, dm)
-    module = TranslationModule(
+    task = task_of(cfg.task)
+    module = Seq2SeqModule(
         cfg,
         effective_model(cfg, prepared.meta["vocab_size"]),
         total_steps(cfg),
         accumulation(cfg),
         tokenizer=spm.SentencePieceProcessor(model_file=str(prepared.spm_model)),
         references=references,
-        scorer=scorer,
+        scorer=task.dev_scorer(cfg, prepared, dm),
+        metrics=task.metrics,
         budget=budget,
     )
     if cfg.train.compile:
@@ -180,7 +179,7 @@ def _module(
     return module
 
 
-def _model_facts(cfg: RunConfig, module: TranslationModule) -> dict:
+def _model_facts(cfg: RunConfig, module: Seq2SeqModule) -> dict:
     """What ran: the model after recipe and scale, its parameter counts, and the batch a step holds."""
     with torch.device("meta"):
         params_paper = count_parameters(Transformer(paper_model(cfg.model)))
@@ -356,9 +355,9 @@ def _resume_state(ckpt_dir: Path, curves: Path) -> ResumeState | None:
 # -- evaluating and recording ---------------------------------------------------------------------------
 
 
-def _final_eval(cfg: RunConfig, trainer: pl.Trainer, module: TranslationModule, dm: TranslationData) -> dict:
-    """Dev perplexity and BLEU (beam search) of the final weights, with per-sentence statistics (a validate
-    pass outside fit always decodes)."""
+def _final_eval(cfg: RunConfig, trainer: pl.Trainer, module: Seq2SeqModule, dm: Seq2SeqData) -> dict:
+    """Dev perplexity and the task's figures (beam search) of the final weights, with per-sentence
+    statistics (a validate pass outside fit always decodes)."""
     trainer.validate(module, dataloaders=dm.eval_loader("dev", cfg.decode.dev_limit), verbose=False)
     return dict(module.last_eval)
 
@@ -377,9 +376,8 @@ def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
         precision=str(trainer.precision),  # what ran: trainer.precision=auto resolves per machine
         world_size=trainer.world_size,
         metrics={
-            k: final[k]
-            for k in ("dev_ppl", "dev_bleu", "dev_bleu_signature", "dev_nll_sum", "dev_tokens")
-            if k in final
+            **{k: final[k] for k in ("dev_ppl", "dev_nll_sum", "dev_tokens")},
+            **final["figures"],  # the task's (ablate.tasks: its declared metrics and what they come with)
         },
         files={
             "curves": "curves.jsonl",
@@ -388,7 +386,6 @@ def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
             "checkpoint": "checkpoints/last.ckpt",
         },
     )
-    record["metrics"].update(final.get("parsing", {}))  # task=parsing: f1, f1_le40, precision, ...
     m = trainer.callback_metrics
     if "train/loss" in m:
         record["metrics"]["train_loss"] = float(m["train/loss"])
@@ -404,18 +401,22 @@ def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
 def _write_outputs(out: Path, final: dict) -> None:
     folder.atomic_write_text(out / "dev.hyp.txt", "\n".join(final.get("hyps", [])) + "\n")
     tmp = out / ".dev_sentences.tmp.npz"
-    np.savez(tmp, nll=final["sent_nll"], tokens=final["sent_tokens"], bleu_stats=final["bleu_stats"])
+    np.savez(tmp, **final["sentences"])  # nll, tokens and the task's per-sentence statistics
     os.replace(tmp, out / "dev_sentences.npz")
 
 
-def _log_final(logger, record: dict, final: dict, sources: list[str], refs: list[str]) -> None:
+def _log_final(logger, record: dict, final: dict, sources: list[str], refs: list[str], metrics) -> None:
     if not logger:
         return
     try:
         logger.log_metrics(
             {
                 "final/dev_ppl": final["dev_ppl"],
-                "final/dev_bleu": final.get("dev_bleu", 0.0),
+                **{
+                    f"final/dev_{m.name}": final["figures"][m.record_key]
+                    for m in metrics
+                    if m.record_key in final["figures"]
+                },  # fmt: skip
                 "params": record["params"],
             }
         )

@@ -1,4 +1,5 @@
-"""The LightningModule: label-smoothed training (5.3, 5.4), token-weighted dev perplexity, dev BLEU.
+"""The LightningModule: label-smoothed training (5.3, 5.4), token-weighted dev perplexity, and the task's dev
+figures of a decoded dev pass (its scorer's).
 
 Each training batch is one micro-batch of an optimizer step; Lightning accumulates `accumulate` of them. The
 loss of a micro-batch is its summed label-smoothed loss divided by the target tokens of the WHOLE step on all
@@ -15,7 +16,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytorch_lightning as pl
-import sacrebleu
 import torch
 
 from ablate.config import RunConfig, row_arch
@@ -25,7 +25,7 @@ from ablate.nn.decode import CachedStepper, beam_search, greedy_search
 from ablate.nn.loss import LogitsBuffer, label_smoothed_loss
 from ablate.nn.model import Transformer, TransformerConfig
 from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
-from ablate.tasks import task_of
+from ablate.tasks import Metric, Scored, task_of
 
 
 class NonFiniteLoss(RuntimeError):
@@ -44,9 +44,9 @@ class EvalAccumulator:
     hyps: dict[int, list[int]] = field(default_factory=dict)
 
 
-class TranslationModule(pl.LightningModule):
+class Seq2SeqModule(pl.LightningModule):
     """Training and dev evaluation of one Transformer. What it decodes against (tokenizer, dev references),
-    the parsing scorer (task=parsing) and the time budget (train.budget_minutes) come in the constructor."""
+    the task's scorer and metrics, and the time budget (train.budget_minutes) come in the constructor."""
 
     def __init__(
         self,
@@ -56,7 +56,8 @@ class TranslationModule(pl.LightningModule):
         accumulate: int,
         tokenizer=None,
         references: list[str] = (),
-        scorer: Callable[[list[str]], dict] | None = None,
+        scorer: Callable[[list[str], list[str]], Scored] | None = None,
+        metrics: tuple[Metric, ...] = (),
         budget=None,
     ):
         super().__init__()
@@ -64,10 +65,11 @@ class TranslationModule(pl.LightningModule):
         self.model = Transformer(model_cfg)
         self.label_smoothing = row_arch(cfg).label_smoothing  # eps_ls (5.4) of the row under its recipe
         self.tokenizer, self.references = tokenizer, list(references)  # sentencepiece processor, dev refs
-        self.scorer = scorer  # decoded dev outputs -> {"f1": ...} (EVALB)
+        self.scorer = scorer  # the task's: decoded dev outputs and references -> its figures
+        self.metrics = metrics  # the task's declared dev figures: each logged as dev/<name>
         self.budget = budget  # callbacks.Budget: its `progress` drives the cosine schedule's decay
         self.logits_buffer = LogitsBuffer()
-        self.eval_bleu = False  # decode the dev set in this validation pass (on_validation_epoch_start)
+        self.decode_dev = False  # decode the dev set in this validation pass (on_validation_epoch_start)
         self.acc = EvalAccumulator()
         self.last_eval: dict = {}
         self.last_position: tuple[int, int] | None = None  # (epoch, step) of the last finished step
@@ -150,7 +152,7 @@ class TranslationModule(pl.LightningModule):
         # decode the dev set: at every train.bleu_every-th evaluation during training, always outside fit
         every = self.cfg.train.bleu_every
         in_fit = self.trainer is not None and self.trainer.state.fn == "fit"
-        self.eval_bleu = not in_fit or (every > 0 and (self.n_evals + 1) % every == 0)
+        self.decode_dev = not in_fit or (every > 0 and (self.n_evals + 1) % every == 0)
 
     def validation_step(self, b: Batch, batch_idx):
         hidden = self.model(b.src, b.tgt_in)
@@ -160,7 +162,7 @@ class TranslationModule(pl.LightningModule):
         self.acc.index.append(b.index.cpu().numpy())
         self.acc.sent_nll.append(sums.nll_per_sentence.double().cpu().numpy())
         self.acc.sent_tokens.append(sums.tokens_per_sentence.cpu().numpy())
-        if self.eval_bleu:
+        if self.decode_dev:
             for i, hyp in zip(b.index.tolist(), self.translate(b)):
                 self.acc.hyps[i] = hyp
 
@@ -183,30 +185,25 @@ class TranslationModule(pl.LightningModule):
             "dev_nll_sum": acc.nll,
             "dev_tokens": acc.tokens,
             "step": self.global_step,
+            "figures": {},  # the task's dev figures (its scorer's), where this pass decoded
         }
         self.log("dev/ppl", ppl, sync_dist=False, rank_zero_only=True)
-        if self.eval_bleu and self.tokenizer is not None:
+        if self.decode_dev and self.tokenizer is not None:
             order = np.argsort(np.concatenate(acc.index)) if acc.index else np.array([], dtype=int)
-            n = len(order)
-            hyps = [self.tokenizer.decode(acc.hyps[i]) for i in range(n)]
-            refs = self.references[:n]
-            bleu = sacrebleu.metrics.BLEU()
-            score = bleu.corpus_score(hyps, [refs])
-            stats = np.array(bleu._extract_corpus_statistics(hyps, [refs]), dtype=np.int64)
+            hyps = [self.tokenizer.decode(acc.hyps[i]) for i in range(len(order))]
+            scored = self.scorer(hyps, self.references[: len(order)]) if self.scorer else Scored({})
             self.last_eval.update(
-                {
-                    "dev_bleu": score.score,
-                    "dev_bleu_signature": str(bleu.get_signature()),
-                    "hyps": hyps,
-                    "bleu_stats": stats,
-                    "sent_nll": np.concatenate(acc.sent_nll)[order],
-                    "sent_tokens": np.concatenate(acc.sent_tokens)[order],
-                }
+                figures=scored.figures,
+                hyps=hyps,
+                sentences={
+                    "nll": np.concatenate(acc.sent_nll)[order],
+                    "tokens": np.concatenate(acc.sent_tokens)[order],
+                    **scored.sentences,
+                },
             )
-            self.log("dev/bleu", score.score, rank_zero_only=True)
-            if self.scorer is not None:
-                self.last_eval["parsing"] = self.scorer(hyps)
-                self.log("dev/f1", self.last_eval["parsing"]["f1"], rank_zero_only=True)
+            for m in self.metrics:
+                if m.record_key in scored.figures:
+                    self.log(f"dev/{m.name}", scored.figures[m.record_key], rank_zero_only=True)
         self.n_evals += 1
 
     # -- checkpoint state beyond Lightning's: the data position ---------------------------------------------

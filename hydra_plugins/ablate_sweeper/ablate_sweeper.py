@@ -279,7 +279,11 @@ class AblateSweeper(Sweeper):
     def rows(self) -> dict[str, str]:
         if self._rows is None:
             assert self.hydra_context is not None
-            self._rows = rows_from_sources(self.hydra_context.config_loader.get_sources())
+            rows = rows_from_sources(self.hydra_context.config_loader.get_sources())
+            for folder in _searchpath_folders(self.config):  # a researcher's own rows (hydra.searchpath)
+                for row, group in rows_in_dir(folder).items():
+                    rows.setdefault(row, group)
+            self._rows = rows
         return self._rows
 
     def sweep(self, arguments: list[str]) -> Any:
@@ -350,6 +354,15 @@ def _group_is_not_a_row(group: str, rows: str) -> str:
         f"{MODEL_GROUP}={group} is a Table 3 group ({rows}), not a row: run its rows with "
         f"`-m {MODEL_GROUP}={group}`, or name one row"
     )
+
+
+def _searchpath_folders(config: DictConfig) -> list[str]:
+    """The folders of `hydra.searchpath` (file:// or plain paths) that hold a model/ folder: the config
+    loader's own sources do not include them."""
+    entries = OmegaConf.select(config, "hydra.searchpath", default=None) if config is not None else None
+    entries = entries or []
+    folders = (str(e).removeprefix("file://") for e in entries if not str(e).startswith("pkg://"))
+    return [f for f in folders if os.path.isdir(os.path.join(f, MODEL_GROUP))]
 
 
 OmegaConf.register_new_resolver("ablate_group", _group_is_not_a_row, replace=True)

@@ -1,0 +1,81 @@
+"""Any task's variations table (`python -m ablate.report metrics --task T`): each row's finished seeds,
+and for perplexity and every dev metric the task declares, its mean ± sd, the seed-level 95% t interval,
+and its difference to base with the interval of a paired t over shared seeds (Welch's t otherwise), read
+in the metric's own direction."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ablate.report import stats
+from ablate.report.collect import Collection
+from ablate.report.render import Table, fnum
+from ablate.tasks import PPL, Metric, Task
+
+
+def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
+    metrics = (*task.metrics, PPL)
+    cols = ["row", "seeds"]
+    for m in metrics:
+        cols += [f"{m.label} dev", "95% interval", "Δ base", "Δ 95% interval", "better than base"]
+    base = coll.finished("base")
+    body = []
+    for row in coll.runs:
+        runs = coll.finished(row)
+        stale = any(r.stale for r in runs.values())
+        cells: list[Any] = [row + (" †" if stale else ""), len(runs)]
+        for m in metrics:
+            cells += _cells(m, _values(runs, m), _values(base, m) if row != "base" else {})
+        body.append(cells)
+    notes = [
+        f"{task.name}: {task.label or 'its declared metrics'}; preset {coll.scale}.",
+        *(
+            f"{m.label}: {m.accumulates}; {'higher' if m.higher_is_better else 'lower'} is better."
+            for m in metrics
+        ),  # fmt: skip
+        "mean ± sd over finished seeds; 95% interval: Student's t over seeds (none for one seed); Δ base: "
+        "paired t over the seeds both have, else Welch's t (two seeds a side at least); better than base: "
+        "the Δ interval excludes zero in the metric's direction.",
+        *(
+            f"† stale: {row} seed {s}: {'; '.join(r.stale)}"
+            for row, by in coll.runs.items()
+            for s, r in by.items()
+            if r.stale
+        ),  # fmt: skip
+    ]
+    title = f"Variations of task {task.name}: dev figures against base"
+    return Table(cols, body, align="lr" + "rlrlc" * len(metrics), title=title), notes
+
+
+def _values(runs: dict, m: Metric) -> dict[int, float]:
+    return {s: v for s, r in runs.items() if (v := r.metric(m.record_key)) is not None}
+
+
+def _cells(m: Metric, mine: dict[int, float], base: dict[int, float]) -> list[str]:
+    mean, sd, n = stats.mean_sd(list(mine.values()))
+    spread = f" ± {fnum(sd, 2)}" if n > 1 else ""
+    interval = stats.t_interval(list(mine.values())) if n > 1 else None
+    out = [
+        "" if n == 0 else fnum(mean, 2) + spread,
+        "" if interval is None else f"[{fnum(interval[0], 2)}, {fnum(interval[1], 2)}]",
+    ]
+    test = _against(base, mine)
+    if test is None:
+        return out + ["", "", ""]
+    better = test.lo > 0 if m.higher_is_better else test.hi < 0
+    worse = test.hi < 0 if m.higher_is_better else test.lo > 0
+    verdict = "yes" if better else "no, worse" if worse else "undecided"
+    return out + [
+        fnum(test.diff, 2, sign=True),
+        f"[{fnum(test.lo, 2)}, {fnum(test.hi, 2)}] ({test.kind})",
+        verdict,
+    ]
+
+
+def _against(base: dict[int, float], mine: dict[int, float]) -> stats.TTest | None:
+    shared = sorted(set(base) & set(mine))
+    if len(shared) >= 2 and shared == sorted(mine):
+        return stats.paired_t([base[s] for s in shared], [mine[s] for s in shared])
+    if len(base) >= 2 and len(mine) >= 2:
+        return stats.welch(list(base.values()), list(mine.values()))
+    return None

@@ -1,0 +1,25 @@
+"""Translation, the paper's task (Tables 2 and 3): the model trained on sentence pairs, scored by BLEU on
+the dev set during training and by the test protocol after it (`ablate.evaluate`: checkpoint averaging,
+sacreBLEU and tokenized BLEU)."""
+
+from __future__ import annotations
+
+from ablate.tasks import Task
+from ablate.tasks.bleu import BLEU, bleu_scored, split_bleu
+
+
+class TranslationTask(Task):
+    name = "translation"
+    label = "translation: sentence pairs, scored by BLEU"
+    metrics = (BLEU,)
+    tables = {"table2": "ablate.tasks.translation.table2:table2"}  # and the variations table (Table 3)
+
+    def dev_scorer(self, cfg, prepared, dm):
+        return bleu_scored
+
+    def split_metrics(self, cfg, prepared, dm, split, hyps, refs):
+        return split_bleu(hyps, refs, split, cfg.data.tgt_lang), {}
+
+    def summary(self, metrics):
+        bleu, signature = metrics.get("dev_bleu", float("nan")), metrics.get("dev_bleu_signature", "")
+        return [f"dev BLEU   {bleu:.2f}  {signature}"]

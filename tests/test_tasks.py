@@ -1,0 +1,198 @@
+"""Tasks are peers: shared code names none of them, a task is loaded by name, and a researcher's own task
+(tests/user_task: reverse the source sentence, scored by exact match) runs through every command with
+nothing under ablate/ edited."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import sacrebleu
+
+from ablate.config import ConfigError
+from ablate.tasks import BUILTIN, task_of
+
+ROOT = Path(__file__).resolve().parents[1]
+USER_TASK = Path(__file__).resolve().parent / "user_task"
+# The one place outside ablate/tasks/ that names a task: the config's default, which a record without a
+# `task` field means too.
+ALLOWED = {("ablate/config/__init__.py", "DEFAULT_TASK")}
+
+
+def task_mentions(path: Path, source: str, names: set[str]) -> list[str]:
+    """Where a module names a task: a string that is a task's name (not a docstring), or a comparison of
+    something called `task` with a string (`task == "x"`)."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    allowed = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and (path.as_posix(), t.id) in ALLOWED for t in node.targets)
+    }
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value in names and id(node) not in docstrings | allowed:
+            out.append((node.lineno, f"{path}:{node.lineno}: the string {node.value!r}"))
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = any(_called_task(s) for s in sides)
+            if named and any(isinstance(s, ast.Constant) and isinstance(s.value, str) for s in sides):
+                out.append((node.lineno, f"{path}:{node.lineno}: a comparison of a task with a string"))
+    return [text for _, text in sorted(out)]
+
+
+def _called_task(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Name) and node.id == "task") or (
+        isinstance(node, ast.Attribute) and node.attr == "task"
+    )
+
+
+def test_no_module_outside_the_tasks_names_a_task():
+    names = set(BUILTIN)
+    files = [
+        p for p in (ROOT / "ablate").rglob("*.py") if "tasks" not in p.relative_to(ROOT / "ablate").parts
+    ]
+    files += list((ROOT / "hydra_plugins").rglob("*.py"))
+    found = [m for p in files for m in task_mentions(p.relative_to(ROOT), p.read_text(), names)]
+    assert not found, "\n".join(found)
+
+
+def test_the_checker_finds_a_task_named_in_shared_code():
+    code = (
+        '"""parsing in a docstring is prose."""\n'
+        'X = last_eval["parsing"]\n'
+        'if cfg.task == "other":\n    pass\n'
+        'DEFAULT_TASK = "translation"\n'
+    )
+    found = task_mentions(Path("ablate/training/x.py"), code, {"parsing", "translation"})
+    assert found == [
+        "ablate/training/x.py:2: the string 'parsing'",
+        "ablate/training/x.py:3: a comparison of a task with a string",
+        "ablate/training/x.py:5: the string 'translation'",
+    ]
+    assert (
+        task_mentions(Path("ablate/config/__init__.py"), 'DEFAULT_TASK = "translation"\n', {"translation"})
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    "name, says",
+    [
+        ("nope", "task=nope: not a task (translation, parsing, or an importable module:Class)"),
+        ("no_such_module:Task", "task=no_such_module:Task: cannot load it (ModuleNotFoundError"),
+        ("os.path:join", "task=os.path:join: os.path:join is not a subclass of ablate.tasks.Task"),
+    ],
+)
+def test_a_task_that_does_not_load_is_one_line_naming_the_key(name, says):
+    with pytest.raises(ConfigError) as e:
+        task_of(name)
+    assert str(e.value).startswith(says) and len(str(e.value).splitlines()) == 1
+
+
+def test_every_task_declares_its_metrics_and_tables():
+    """Each built-in task: at least one metric with a direction, record and curve keys, and each table
+    it declares importable."""
+    import importlib
+
+    for name in BUILTIN:
+        task = task_of(name)
+        assert task.name == name and task.label and task.metrics
+        for m in task.metrics:
+            assert m.record_key and m.curve_key and m.accumulates and isinstance(m.higher_is_better, bool)
+        for where in task.tables.values():
+            module, _, fn = where.partition(":")
+            assert callable(getattr(importlib.import_module(module), fn))
+
+
+def test_the_sentence_statistics_of_bleu_sum_to_sacrebleus_corpus_score():
+    """The per-sentence statistics come from sacreBLEU's public fields; their sums give its corpus BLEU
+    (an independent path: the report's corpus_bleu of the summed statistics)."""
+    from ablate.report.stats import corpus_bleu
+    from ablate.tasks.bleu import bleu_scored
+
+    hyps = ["the cat sat on the mat .", "a dog", "", "Ein Mann fährt Fahrrad ."]
+    refs = ["the cat is on the mat .", "the dog barks", "nothing here", "Ein Mann fährt ein Fahrrad ."]
+    scored = bleu_scored(hyps, refs)
+    stats = scored.sentences["bleu_stats"]
+    assert stats.shape == (4, 10) and stats[0].tolist() == [7, 7, 6, 4, 2, 1, 7, 6, 5, 4]
+    assert float(corpus_bleu(stats.sum(0))) == pytest.approx(scored.figures["dev_bleu"], abs=1e-9)
+    assert scored.figures["dev_bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs]).score, abs=1e-9)
+
+
+def test_the_user_task_scores_exact_match_by_hand():
+    sys.path.insert(0, str(USER_TASK))
+    try:
+        task = task_of("reverse_task:ReverseTask")
+    finally:
+        sys.path.remove(str(USER_TASK))
+    scored = task.dev_scorer(None, None, None)(["c b a", "b a", " a  b "], ["c b a", "a b", "a b"])
+    assert scored.figures == {"dev_acc": pytest.approx(200 / 3)}
+    assert scored.sentences["exact"].tolist() == [1, 0, 1]
+    assert task.own_code == () and task.metrics[0].higher_is_better
+
+
+def _cmd(args: list[str], env: dict, cwd: Path = ROOT, ok: tuple[int, ...] = (0,)):
+    p = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                       timeout=600, start_new_session=True)  # fmt: skip
+    assert p.returncode in ok, (args, p.returncode, p.stderr[-3000:])
+    return p
+
+
+@pytest.mark.slow
+def test_a_researchers_own_task_goes_through_every_command(tmp_path):
+    """docs/tasks.md's walk-through: train (stopped by Ctrl-C, then resumed), a sweep of its own rows with
+    --plan first, ablate.evaluate, its report table with its metric and intervals, and its records
+    stale once its own code changes; nothing under ablate/ edited."""
+    user = tmp_path / "user_task"
+    shutil.copytree(USER_TASK, user, ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(user), ABLATE_RESULTS=str(tmp_path / "r"))
+    env["ABLATE_CACHE"] = str(tmp_path / "c")
+    common = [f"hydra.searchpath=[file://{user}/conf]", "experiment=reverse", "logger=none",
+              "trainer.threads=1", "trainer.progress_bar=false"]  # fmt: skip
+    stop = dict(env, ABLATE_FAULT_SIGINT_AT_STEP="10")
+    p = _cmd(["ablate.run", *common], stop, ok=(130,))
+    (rec_path,) = (tmp_path / "r").rglob("record.json")
+    assert json.loads(rec_path.read_text())["status"] == "interrupted", p.stderr[-2000:]
+    _cmd(["ablate.run", *common], env)  # the same command resumes it from its step-10 checkpoint
+    rec = json.loads(rec_path.read_text())
+    assert rec["status"] == "finished" and rec["steps"] == 20 and rec["task"] == "reverse_task:ReverseTask"
+    assert set(rec["metrics"]) >= {"dev_acc", "dev_ppl"} and "dev_bleu" not in rec["metrics"]
+    curves = [json.loads(line) for line in (rec_path.parent / "curves.jsonl").read_text().splitlines()]
+    assert sorted({c["step"] for c in curves if "dev_ppl" in c}) == [10, 20] and "dev_acc" in curves[-1]
+    with np.load(rec_path.parent / "dev_sentences.npz") as z:
+        assert sorted(z) == ["exact", "nll", "tokens"] and len(z["exact"]) == 30
+
+    sweep = ["ablate.run", "-m", *common, "model=base,wide", "seed=1,2"]
+    plan = _cmd([*sweep, "--plan"], env).stdout
+    assert "plan of 4 runs: 1 finished, 3 to train" in plan and "d_ff 256" in plan  # wide: its own row
+    _cmd(sweep, env)
+    wide = next((tmp_path / "r" / "wide").glob("wide-*-s1"))
+    out = _cmd(["ablate.evaluate", str(wide), "--split", "test"], env).stdout
+    assert "test_acc" in out
+    report = ["ablate.report", "metrics", "--task", "reverse_task:ReverseTask", "--conf",
+              str(user / "conf" / "model"), "--out", "-"]  # fmt: skip
+    table = _cmd(report, env).stdout
+    assert "| row | seeds | exact match dev | 95% interval | Δ base |" in table
+    assert "| wide | 2 |" in table and "(paired t)" in table and "†" not in table
+
+    # one token of the task's own code: its records read stale, by the task's folder
+    source = (user / "reverse_task.py").read_text()
+    (user / "reverse_task.py").write_text(source.replace("100.0 * hits.mean()", "99.0 * hits.mean()"))
+    table = _cmd(report, env).stdout
+    assert "| base † | 2 |" in table and f"its task's folder {user}/" in table
