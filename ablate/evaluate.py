@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 def _note_busy_cores(threads: int) -> None:
     """ablate.run's note on busy cores: beside a 2-thread training job, a beam-21 parse of section 23 took
     194 s on 2 threads, 71 s on 1, 33 s alone (docs/parsing.md)."""
-    from ablate.run import busy_cores_note
+    from ablate.cluster.cpu_load import busy_cores_note
 
     if note := busy_cores_note(threads, knob="--threads "):
         print(note, file=sys.stderr)

@@ -11,6 +11,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
+from ablate.cluster.cpu_load import busy_cores_note
 from ablate.config import ConfigError, RunConfig, default_results, register_configs
 from ablate.errors import first_line, os_error_line, typed_line
 from ablate.jobs import plan
@@ -35,80 +36,6 @@ def summary(rec: dict) -> str:
     return "\n".join(lines)
 
 
-def _record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
-    """A sweep member rejected before training (bad config or data) still gets a failed record, so the
-    report shows it and a re-run of the sweep retries it. Returns its run id, where the config has one."""
-    from ablate.records import identity, status, store
-
-    if cfg is None:
-        return None
-    try:
-        path = identity.run_dir(cfg) / store.RECORD_NAME
-        if status.on_disk(path) is None:  # else training wrote its own record
-            status.transition(path, "reject", store.new_record(cfg), first_line(e))
-        return identity.run_id(cfg)
-    except Exception:  # noqa: BLE001 - the error itself has been printed; recording it is best effort
-        return None
-
-
-def _settle_running(cfg: RunConfig | None, reason: str) -> None:
-    """A run that stopped on an OSError (a full disk) may have failed to write its failure too, leaving its
-    record `running`: now that the process no longer trains it, it says failed with the reason (where the
-    disk lets it; the same command retries it either way)."""
-    from ablate.records import folder, identity, status, store
-
-    if cfg is None:
-        return
-    run = identity.run_dir(cfg)
-    try:
-        if not folder.is_running(run):
-            status.settle(run / store.RECORD_NAME, "fail", reason)
-    except Exception:  # noqa: BLE001 - best effort: the error itself has been printed
-        pass
-
-
-def oversubscription(threads: int, cores: int, others: float, knob: str = "trainer.threads=") -> str | None:
-    """A note where a CPU run's threads and the threads already running elsewhere on the machine (`others`)
-    are more than its cores: each thread then waits for a core, and spins while it waits, so two jobs of 2
-    threads on 2 cores each run several times slower than one. None where they fit. `knob` is what sets the
-    threads, up to its value (`--threads ` for ablate.evaluate)."""
-    busy = int(round(others))
-    if threads + busy <= cores:
-        return None
-    fits = max(1, cores - busy)
-    advice = (
-        f"{knob}{fits} fits the free cores"
-        if fits < threads
-        else "this run goes slower than on a free machine"
-    )
-    return (
-        f"[ablate] note: {threads} thread(s) on {cores} core(s) while about {busy} other thread(s) run on "
-        f"the machine: they slow each other down; {advice} (OMP_WAIT_POLICY=PASSIVE keeps waiting threads "
-        "from spinning)"
-    )
-
-
-def running_threads(stat: str | None = None, samples: int = 5) -> float:
-    """Threads running or ready to run now, other than this one: the median of a few readings of
-    procs_running in /proc/stat (0 where there is no /proc)."""
-    import statistics
-    import time
-
-    readings = []
-    for i in range(samples if stat is None else 1):
-        try:
-            text = stat if stat is not None else Path("/proc/stat").read_text()
-        except OSError:
-            return 0.0
-        line = next((ln for ln in text.splitlines() if ln.startswith("procs_running ")), None)
-        if line is None:
-            return 0.0
-        readings.append(int(line.split()[1]) - 1)  # less this thread, which is running to read it
-        if i < samples - 1 and stat is None:
-            time.sleep(0.02)
-    return max(0.0, statistics.median(readings))
-
-
 def _check_threads(cfg: RunConfig) -> None:
     """Say so where this CPU run's threads and the machine's other running threads do not fit its cores
     (under SLURM the job's CPUs are its own: not checked)."""
@@ -123,18 +50,12 @@ def _check_threads(cfg: RunConfig) -> None:
         print(note, flush=True)
 
 
-def busy_cores_note(threads: int, knob: str = "trainer.threads=") -> str | None:
-    """`oversubscription` on this process's cores (its CPU affinity) and the threads running now."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return oversubscription(threads, cores, running_threads(), knob)
-
-
 @hydra.main(version_base="1.3", config_path="../conf", config_name="config")
 def main(dcfg: DictConfig) -> dict | None:
     """One run; in a sweep, returns its outcome (ablate.jobs.sweep) for the sweep's closing line."""
     from hydra.core.hydra_config import HydraConfig
 
-    from ablate.jobs.train import train
+    from ablate.jobs.train import record_rejection, settle_running, train
     from ablate.records import identity, tracking
 
     tracking.quiet_third_party()
@@ -156,9 +77,9 @@ def main(dcfg: DictConfig) -> dict | None:
         line = os_error_line(e) if isinstance(e, OSError) else _error_line(e)
         print(f"error: {line}", file=sys.stderr)
         if isinstance(e, OSError):
-            _settle_running(cfg, line)
+            settle_running(cfg, line)
         if multirun:  # the record says why; the other jobs of the sweep go on
-            run_id = _record_rejection(cfg, e) or " ".join(hc.overrides.task)
+            run_id = record_rejection(cfg, e) or " ".join(hc.overrides.task)
             return outcome(run_id, "failed", line)
         sys.exit(2)
     except Exception as e:  # noqa: BLE001 - one failing sweep member must not stop the others

@@ -267,8 +267,8 @@ def test_a_record_left_running_by_a_failed_write_is_settled_as_failed(tmp_path):
     """A full disk at the end of a run: training's own failure write failed too. Once the process no
     longer holds the run, the record says failed with the reason; a record another process holds stays."""
     from ablate.config import RunConfig
+    from ablate.jobs.train import settle_running
     from ablate.records import folder, identity
-    from ablate.run import _settle_running
 
     cfg = RunConfig(results_dir=str(tmp_path))
     run = identity.run_dir(cfg)
@@ -277,9 +277,9 @@ def test_a_record_left_running_by_a_failed_write_is_settled_as_failed(tmp_path):
     path.write_text(json.dumps({"run_id": run.name, "status": "running"}))
     with folder.run_lock(run) as held:  # another process still trains it
         assert held
-        _settle_running(cfg, "[Errno 28] No space left on device")
+        settle_running(cfg, "[Errno 28] No space left on device")
         assert json.loads(path.read_text())["status"] == "running"
-    _settle_running(cfg, "[Errno 28] No space left on device")
+    settle_running(cfg, "[Errno 28] No space left on device")
     rec = json.loads(path.read_text())
     assert (rec["status"], rec["reason"]) == ("failed", "[Errno 28] No space left on device")
 

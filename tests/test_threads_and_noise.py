@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ablate.cluster.cpu_load import oversubscription, running_threads
 from ablate.records.tracking import THIRD_PARTY_NOISE
-from ablate.run import oversubscription, running_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -79,7 +79,7 @@ def test_a_resumed_runs_progress_bar_keeps_its_total(capsys):
     (optimizer steps x micro-batches) and its starting point when training starts, not `425/?`."""
     from types import SimpleNamespace
 
-    from ablate.training.callbacks import StepProgress
+    from ablate.control.progress import StepProgress
 
     bar = StepProgress(total_micro=300)
     trainer = SimpleNamespace(

@@ -256,8 +256,8 @@ def test_the_report_run_decides_like_training_and_keeps_the_report_as_an_artifac
     """`python -m ablate.report --wandb`: credentials in ~/.netrc count as a key does (the mode comes from
     tracking.wandb_mode), and the Markdown and plots go into an artifact of the report run."""
     from ablate.records import tracking
-    from ablate.report import __main__ as report_main
     from ablate.report.render import Table
+    from ablate.report.wandb_io import log_report
 
     (tmp_path / ".netrc").write_text("machine api.wandb.ai\n  login user\n  password k" + "0" * 39 + "\n")
     monkeypatch.setenv("HOME", str(tmp_path))
@@ -269,7 +269,7 @@ def test_the_report_run_decides_like_training_and_keeps_the_report_as_an_artifac
     md = tmp_path / "table3.md"
     md.write_text("# Table 3\n")
     table = Table(columns=["row", "dev PPL"], rows=[["base", "4.92"]])
-    report_main.log_wandb(table, {}, None, None, "tiny trainer=cpu", directory=str(tmp_path), files=[md])
+    log_report(table, {}, None, None, "tiny trainer=cpu", directory=str(tmp_path), files=[md])
     assert asked == ["ablate"]
     (part,) = (tmp_path / "wandb").glob("offline-run-*/*.wandb")
     s = written_summary(part)

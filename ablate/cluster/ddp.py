@@ -25,8 +25,8 @@ from omegaconf import OmegaConf
 
 from ablate.cluster import gpu_pool
 from ablate.config import RunConfig, to_dataclass
+from ablate.control import faults
 from ablate.records import folder, identity, status, store
-from ablate.training import faults
 from ablate.training.callbacks import Preempted
 from ablate.training.hardware import ASSIGNED_ENV
 

@@ -1,7 +1,7 @@
 """A run inside a SLURM job: the warning before the time limit, and what follows a stop on a signal.
 
 Training stops only at an optimizer-step boundary that every rank agrees on, with a checkpoint
-(ablate.training.stop, the one owner of the stop: SIGTERM, SIGUSR1 and the timed stop below). Here, for
+(ablate.control.stop, the one owner of the stop: SIGTERM, SIGUSR1 and the timed stop below). Here, for
 the job as a whole:
 
 - the warning signal (`--signal=USR2@S`, hydra/launcher=slurm sends it with S = signal_delay_s) asks for
@@ -17,7 +17,7 @@ the job as a whole:
   the record says `timed_out` with the reason, and resubmitting the sweep resumes the run.
 
 A job of several tasks (DDP) takes the same path: whichever rank's timer fires first asks for the stop,
-and all ranks stop together at the next step boundary (ablate.training.stop).
+and all ranks stop together at the next step boundary (ablate.control.stop).
 
 submitit's own handler of the warning signal (it requeues the job at once, mid-step) is replaced by
 `Job.install` as the job starts, before anything else runs.
@@ -33,8 +33,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ablate.control import stop
 from ablate.records import folder, status, store
-from ablate.training import stop
 from ablate.training.hardware import global_rank
 
 DELAY_ENV = "ABLATE_SLURM_SIGNAL_DELAY_S"  # S of --signal=USR2@S, exported by hydra/launcher=slurm
@@ -77,6 +77,20 @@ class Job:
         signal.signal(signal.SIGUSR2, self._warning)  # replaces submitit's, which requeues mid-step
         signal.signal(signal.SIGALRM, lambda *_: stop.request("time limit"))
         stop.install()
+
+    def set_threads(self, cfg) -> None:
+        """In a job, a run's threads are the CPUs SLURM gave its task (SLURM_CPUS_PER_TASK), not the node's,
+        unless trainer.threads says otherwise; OpenMP gets the same count."""
+        if self.id and cfg.trainer.threads is None and os.environ.get("SLURM_CPUS_PER_TASK"):
+            cfg.trainer.threads = int(os.environ["SLURM_CPUS_PER_TASK"])
+        if self.id and cfg.trainer.threads:  # else Lightning's DDP sets cores // local ranks
+            os.environ.setdefault("OMP_NUM_THREADS", str(cfg.trainer.threads))
+
+    @staticmethod
+    def ranks_started() -> bool:
+        """Whether this job's processes exist already: our own DDP workers (LOCAL_RANK), or SLURM's
+        tasks (one process a rank)."""
+        return "LOCAL_RANK" in os.environ or int(os.environ.get("SLURM_NTASKS") or 1) > 1
 
     def _warning(self, signum: int, _frame) -> None:
         """Time the stop: S seconds before the job's end (now, if that has passed or is unknown)."""

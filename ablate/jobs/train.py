@@ -12,13 +12,14 @@ import os
 import time
 from pathlib import Path
 
-from ablate.cluster import gpu_pool, slurm_job
+from ablate import cluster
+from ablate.cluster import gpu_pool
 from ablate.cluster.ddp import spawn_job
 from ablate.config import RunConfig, validate
 from ablate.data.datamodule import prepare_corpus
-from ablate.errors import doing
+from ablate.errors import doing, first_line
 from ablate.jobs.sweep import launcher_setting
-from ablate.records import folder, identity, store
+from ablate.records import folder, identity, status, store
 from ablate.training.callbacks import Preempted
 from ablate.training.fit import run_worker
 from ablate.training.hardware import check_accelerator
@@ -30,12 +31,9 @@ def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:
     check_accelerator(cfg.trainer.accelerator, cfg.trainer.device_pool)  # the machine first: no GPU, no run
     validate(cfg)
     jobs_per_device = jobs_per_device or launcher_setting("jobs_per_device", 1)
-    job = slurm_job.job()  # inside a SLURM job: the time limit's warning, requeue after a stop
+    job = cluster.job()  # its signals (a time limit's warning), its threads, what follows a stop
     job.install()
-    if job.id and cfg.trainer.threads is None and os.environ.get("SLURM_CPUS_PER_TASK"):
-        cfg.trainer.threads = int(os.environ["SLURM_CPUS_PER_TASK"])  # the CPUs SLURM gave, not the node's
-    if job.id and cfg.trainer.threads:  # else Lightning's DDP sets cores // local ranks over trainer.threads
-        os.environ.setdefault("OMP_NUM_THREADS", str(cfg.trainer.threads))
+    job.set_threads(cfg)
     try:
         with doing(f"training the run in {identity.run_dir(cfg)}"):
             rec = _train(cfg, jobs_per_device)
@@ -48,7 +46,7 @@ def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:
 
 def _train(cfg: RunConfig, jobs_per_device: int) -> dict:
     out = identity.run_dir(cfg)
-    if _inside_managed_process():  # a worker of a job whose launcher already holds the run
+    if cluster.job().ranks_started():  # a worker of a job whose launcher already holds the run
         return run_worker(cfg, prepare_corpus(cfg.data))
     out.parent.mkdir(parents=True, exist_ok=True)
     with folder.run_lock(out) as held:
@@ -85,8 +83,29 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
     return run_worker(cfg, prepared)
 
 
-def _inside_managed_process() -> bool:
-    """True when the processes of this job already exist (our own workers, or SLURM's tasks)."""
-    return "LOCAL_RANK" in os.environ or (
-        "SLURM_NTASKS" in os.environ and int(os.environ["SLURM_NTASKS"]) > 1
-    )
+def record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
+    """A sweep member rejected before training (bad config or data) still gets a failed record, so the
+    report shows it and a re-run of the sweep retries it. Returns its run id, where the config has one."""
+    if cfg is None:
+        return None
+    try:
+        path = identity.run_dir(cfg) / store.RECORD_NAME
+        if status.on_disk(path) is None:  # else training wrote its own record
+            status.transition(path, "reject", store.new_record(cfg), first_line(e))
+        return identity.run_id(cfg)
+    except Exception:  # noqa: BLE001 - the error itself has been printed; recording it is best effort
+        return None
+
+
+def settle_running(cfg: RunConfig | None, reason: str) -> None:
+    """A run that stopped on an OSError (a full disk) may have failed to write its failure too, leaving its
+    record `running`: now that the process no longer trains it, it says failed with the reason (where the
+    disk lets it; the same command retries it either way)."""
+    if cfg is None:
+        return
+    run = identity.run_dir(cfg)
+    try:
+        if not folder.is_running(run):
+            status.settle(run / store.RECORD_NAME, "fail", reason)
+    except Exception:  # noqa: BLE001 - best effort: the error itself has been printed
+        pass

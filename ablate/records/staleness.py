@@ -39,6 +39,7 @@ ANCHORS = ROOT / ".result-anchors"
 NOT_RESULT = (
     "ablate/__init__.py",
     "ablate/cluster/",
+    "ablate/control/",
     "ablate/jobs/",
     "ablate/records/",
     "ablate/report/",

@@ -144,8 +144,10 @@ def make_logger(
         config={**config, **what_ran(run_dir, config)},
         log_model=cfg.log_checkpoints,
     )
+    # Lightning's WandbLogger always passes anonymous=None to wandb.init, which W&B answers with a warning;
+    # the logger has no public way to leave a key out of its init arguments.
     if getattr(logger, "_wandb_init", {}).get("anonymous", 0) is None:
-        del logger._wandb_init["anonymous"]  # Lightning passes None, which W&B answers with a warning
+        del logger._wandb_init["anonymous"]
     define_metrics(logger.experiment)
     return logger
 

@@ -14,13 +14,11 @@ levelled          the step at which a run's dev PPL has levelled off, by a Table
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 from ablate.config import DEFAULT_TASK
-from ablate.report.render import FORMATS, Table, render, to_json, to_markdown
+from ablate.report.render import FORMATS, render, to_json, to_markdown
 
 COMMANDS = ("table3", "metrics", "params")  # and the tables tasks declare (ablate.tasks: Task.tables)
 EXT = {"md": "md", "csv": "csv", "json": "json", "latex": "tex"}
@@ -284,25 +282,9 @@ def _results_dir(args) -> Path:
     if args.results or not has_credentials():
         folder = Path(args.results or "wandb")  # offline runs: wandb/offline-run-*/files/record.json
         return folder
-    return _download_wandb(args)
+    from ablate.report.wandb_io import download
 
-
-def _download_wandb(args) -> Path:
-    """Online W&B: fetch record.json (and the files it names) of every run in the project/group into a
-    temporary folder. Needs W&B credentials (WANDB_API_KEY or ~/.netrc) and network; not covered by the
-    tests."""
-    import wandb
-
-    api = wandb.Api()
-    path = f"{args.wandb_entity}/{args.wandb_project}" if args.wandb_entity else args.wandb_project
-    filters = {"group": args.wandb_group} if args.wandb_group else None
-    root = Path(tempfile.mkdtemp(prefix="ablate-wandb-"))
-    wanted = {"record.json", "curves.jsonl", "dev_sentences.npz", "dev.hyp.txt"}
-    for run in api.runs(path, filters=filters):
-        for f in run.files():
-            if Path(f.name).name in wanted:
-                f.download(root=str(root / run.id), replace=True)
-    return root
+    return download(args)
 
 
 def _out_path(args, cmd: str) -> Path | None:
@@ -376,12 +358,14 @@ def _table3(args, coll, rows: list[str] | None) -> int:
             file=sys.stderr,
         )
     if args.wandb:
-        group = args.wandb_group or _one_group(an)
+        from ablate.report.wandb_io import log_report, one_group
+
+        group = args.wandb_group or one_group(an)
         files = [out] if out is not None else []
         from ablate.records.tracking import WandbUnreachable
 
         try:
-            log_wandb(t3.main_table(an), plots, args.wandb_project, args.wandb_entity, group, files=files)
+            log_report(t3.main_table(an), plots, args.wandb_project, args.wandb_entity, group, files=files)
         except WandbUnreachable as e:  # the report is written; only its W&B copy is not
             print(f"error: {e}", file=sys.stderr)
             return 2
@@ -417,61 +401,6 @@ def _params(args) -> int:
         atomic_write_text(args.out, text)
     sys.stdout.write(text)
     return 0
-
-
-def log_wandb(
-    table: Table,
-    plots: dict,
-    project: str,
-    entity: str | None,
-    group: str | None,
-    directory: str | None = None,
-    files: list[Path] = (),
-) -> None:
-    """Log the table (wandb.Table) and plots, and the report's files (its Markdown, the plots) as an
-    artifact of the report run; online only where training would be (tracking.wandb_mode: credentials in
-    WANDB_API_KEY or ~/.netrc, and network); never prompts."""
-    from ablate.config import LoggerConfig
-    from ablate.records.tracking import project_of, wandb_mode
-
-    project = project_of(project or LoggerConfig().project)
-    entity = entity or os.environ.get("WANDB_ENTITY") or None
-    os.environ["WANDB_SILENT"] = "true"
-    os.environ["WANDB_MODE"] = wandb_mode(LoggerConfig(project=project, entity=entity))[0]
-    import wandb
-
-    run = wandb.init(
-        project=project,
-        entity=entity,
-        group=group,
-        job_type="report",
-        name="table3-report",
-        dir=directory,
-        reinit=True,
-    )
-    data = {"table3": wandb.Table(columns=table.columns, data=table.cells())}
-    data.update({title: wandb.Image(str(p), caption=title) for title, p in plots.items()})
-    run.log(data)
-    artifact = wandb.Artifact(f"table3-report-{_slug(group or project)}", type="report")
-    for f in [*files, *plots.values()]:
-        if Path(f).is_file():
-            artifact.add_file(str(f), name=Path(f).name)
-    if artifact.manifest.entries:
-        run.log_artifact(artifact)
-    run.finish()
-
-
-def _slug(text: str) -> str:
-    """An artifact name: letters, digits, '-', '_' and '.' only."""
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-")[:100] or "table3"
-
-
-def _one_group(an) -> str | None:
-    """The W&B group of the table's runs, where they share one (ablate.jobs.sweep.experiment_group)."""
-    groups = {r.rec.get("sweep") for by_seed in an.coll.runs.values() for r in by_seed.values()}
-    return groups.pop() if len(groups) == 1 else None
 
 
 if __name__ == "__main__":

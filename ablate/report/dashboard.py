@@ -39,7 +39,9 @@ FINAL_PPL = "final/dev_ppl"
 PAPER_PPL = "paper/dev_ppl"  # the row's dev PPL in the paper, in each run's summary (tracking.finish)
 PARAMS = "ran.params"  # the model that trained (tracking.what_ran)
 SETTINGS = ("ran.N", "ran.d_model", "ran.d_ff", "ran.h", "ran.d_k", "ran.P_drop", "ran.eps_ls")
-TABLE = "table3"  # the key `python -m ablate.report --wandb` logs the table under (log_wandb)
+TABLE = (
+    "table3"  # the key `python -m ablate.report --wandb` logs the table under (report.wandb_io.log_report)
+)
 ROW_KEY = "table3_row"  # flat config keys every training run carries (worker._logger)
 GROUP_KEY = "table3_group"
 DEFAULT_OUT = "reports/table3_dashboard.json"
@@ -238,7 +240,7 @@ def report_model(report: wr.Report) -> internal.ReportViewspec:
     for g in grids:
         for rs in g.runsets:
             rs.entity = ""
-    model = local._to_model()
+    model = local._to_model()  # wandb-workspaces has no public spec of a report but save() (a server)
     grid_models = [b for b in model.spec.blocks if isinstance(b, internal.PanelGrid)]
     for g, names in zip(grid_models, named):
         for rs, (entity, project) in zip(g.metadata.run_sets, names):
@@ -255,13 +257,13 @@ def report_from_spec(spec: dict[str, Any]) -> wr.Report:
     """The report of a spec. The library's _from_model drops the report's width and the layout of a summary
     table panel; both are put back from the model, so that a spec read back is the spec written."""
     model = internal.ReportViewspec.model_validate(spec)
-    report = wr.Report._from_model(model)
+    report = wr.Report._from_model(model)  # no public way from a spec to a Report object (wandb-workspaces)
     report.width = model.spec.width
     grid_models = [b for b in model.spec.blocks if isinstance(b, internal.PanelGrid)]
     grids = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
     for grid, grid_model in zip(grids, grid_models):
         for panel, panel_model in zip(grid.panels, grid_model.metadata.panel_bank_section_config.panels):
-            panel.layout = wr.Layout._from_model(panel_model.layout)
+            panel.layout = wr.Layout._from_model(panel_model.layout)  # likewise for a panel's layout
     return report
 
 

@@ -32,18 +32,18 @@ from ablate.config import (
     step_tokens,
     total_steps,
 )
+from ablate.control import faults
+from ablate.control.progress import ProgressLines, StepProgress
+from ablate.control.stop import StopAtStep, slurm_environment
 from ablate.data.datamodule import Prepared, Seq2SeqData
 from ablate.errors import typed_line
 from ablate.nn.model import Transformer, count_parameters
 from ablate.records import folder, identity, status, store, tracking
 from ablate.tasks import task_of
-from ablate.training import faults
 from ablate.training.callbacks import (
     Budget,
     Curves,
     Preempted,
-    ProgressLines,
-    StepProgress,
     TimeLimit,
     TrainClock,
 )
@@ -55,7 +55,6 @@ from ablate.training.hardware import (
     resolve_precision,
 )
 from ablate.training.module import Seq2SeqModule
-from ablate.training.stop import StopAtStep, slurm_environment
 
 # Warnings Lightning prints on every run, or every resumed one, that say nothing about this one: a
 # deprecation inside its own pytree helper; a note that our transfer_batch_to_device (which moves our Batch

@@ -52,7 +52,7 @@ class PlanLauncher(Launcher):
                 del dcfg["hydra"]
             text, outcome = plan.job(dcfg, list(overrides), "plan")
             print(text, flush=True)
-            returns.append(
-                JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED, _return_value=outcome)
-            )
+            ret = JobReturn(overrides=list(overrides), status=JobStatus.COMPLETED)
+            ret.return_value = outcome  # JobReturn's public setter
+            returns.append(ret)
         return returns

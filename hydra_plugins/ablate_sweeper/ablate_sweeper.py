@@ -415,7 +415,7 @@ class RowGroupSource(ConfigSource):
             config=cfg,
             path=self.full_path(),
             provider=self.provider,
-            header=ConfigSource._get_header_dict(""),
+            header={"package": None},  # what Hydra's sources give a config without a `# @package` line
         )
 
 

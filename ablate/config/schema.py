@@ -1,0 +1,218 @@
+"""The run's typed configuration: the dataclasses are the source of truth, Hydra YAML overrides them
+(`register_configs` stores RunConfig as Hydra's schema; `to_dataclass` reads a composed or recorded
+config back)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+DEFAULT_TASK = "translation"  # the paper's; a record without a `task` field is of this task too
+
+
+class ConfigError(ValueError):
+    """A bad value; the message names the config key."""
+
+
+@dataclass
+class ArchConfig:
+    """An architecture and its step count; the defaults are the paper's base model (Table 3, first row)."""
+
+    n_layers: int = 6  # N
+    decoder_layers: int | None = None  # the decoder's N where it differs (an option, not a Table 3 row)
+    d_model: int = 512
+    d_ff: int = 2048
+    n_heads: int = 8  # h
+    d_k: int = 64
+    d_v: int = 64
+    dropout: float = 0.1  # P_drop
+    label_smoothing: float = 0.1  # eps_ls
+    train_steps: int = 100_000  # the row's own column: 100K, 300K for big
+    positional: str = "sinusoidal"  # sinusoidal | learned
+    norm: str = "post"  # post (paper) | pre (an option)
+    attn_dropout: float = 0.0
+    relu_dropout: float = 0.0
+    max_positions: int = 1024  # learned positions only
+    strict_heads: bool = True  # require h * d_v = d_model, as every row of Table 3 has it
+
+
+PAPER_BASE = ArchConfig()
+
+
+def default_results() -> str:
+    """The folder of run folders when none is given: $ABLATE_RESULTS, else `results` (as RunConfig's)."""
+    return os.environ.get("ABLATE_RESULTS", "results")
+
+
+MIN_VOCAB = 8  # data.vocab_size: below this no corpus fits (4 special pieces: pad, unk, bos, eos)
+
+
+@dataclass
+class ModelConfig(ArchConfig):
+    """One row of Table 3 at the paper's scale; a row file states only what differs from base."""
+
+    name: str = "base"  # row id: base, A1..A4, B1, B2, C1..C7, D1..D4, E, big, or a user's own
+    group: str = "base"  # Table 3 group: base, A, B, C, D, E, big, or a user's label
+    # keys given on the command line (model.KEY=...): taken as they are under any recipe, not as a change
+    # from the paper's base; ablate.run fills it in
+    explicit: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ScaleConfig:
+    """Shrinks a row for a smaller machine. `paper` is all ones."""
+
+    name: str = "paper"
+    width: float = 1.0  # multiplies d_model, d_ff, d_k, d_v
+    depth: float = 1.0  # multiplies N (rounded, at least 1)
+    steps: float = 1.0  # multiplies the row's train_steps
+
+
+@dataclass
+class DataConfig:
+    name: str = "builtin"  # builtin | files | multi30k | wmt14_en_de | wsj | wsj_semi
+    src_lang: str = "en"
+    tgt_lang: str = "de"
+    train_src: str | None = None  # data=files: line-aligned text, .gz allowed
+    train_tgt: str | None = None
+    dev_src: str | None = None
+    dev_tgt: str | None = None
+    test_src: str | None = None
+    test_tgt: str | None = None
+    root: str | None = None  # a folder of prepared/raw files (multi30k, wmt14)
+    builtin_train: int = 30_000
+    builtin_dev: int = 500
+    builtin_test: int = 500
+    builtin_seed: int = 1234
+    vocab_size: int = 37_000  # shared source/target sentencepiece vocabulary (5.1: about 37000 BPE tokens)
+    spm_model_type: str = "bpe"
+    spm_sentences: int = 2_000_000  # sentences sampled to learn the vocabulary
+    max_len: int = 256  # training pairs longer than this (wordpieces, either side) are dropped
+    max_len_ratio: float = 9.0  # and pairs whose length ratio exceeds this
+    cache_dir: str = "${oc.env:ABLATE_CACHE,${oc.env:HOME}/.cache/ablate}"
+    num_workers: int = 0
+    # BPE-dropout (Provilkov et al. 2020; not in the paper, off): each epoch the training text is segmented
+    # again with each merge dropped with this probability; dev/test and decoding keep the deterministic one
+    bpe_dropout: float = 0.0
+    bpe_dropout_sides: str = "both"  # both | src (the target side keeps the segmentation it is tested on)
+    # data=wsj (parsing, 6.3): PTB WSJ trees <treebank_dir>/<section>/*.mrg (train 02-21, dev 22, test 23)
+    treebank_dir: str | None = None
+    treebank_builtin: bool = False  # instead: write the built-in treebank (builtin_* sizes) into cache_dir
+    silver_trees: str | None = None  # data.name=wsj_semi: extra training trees, one bracketed tree a line
+    constituent_pairs: bool = False  # also each training tree's constituents of 2+ words as pairs (not paper)
+
+
+@dataclass
+class TrainConfig:
+    max_tokens: int = 4096  # padded tokens per side per micro-batch on one device
+    batch_tokens: int = 25_000  # target tokens per optimizer step over all devices (5.1: ~25000 + 25000)
+    warmup_steps: int = 4000
+    lr_schedule: str = "inverse_sqrt"  # inverse_sqrt (paper, eq. 3) | cosine (option)
+    lr_scale: float = 1.0  # multiplies the schedule; 1.0 is the paper
+    lr_peak: float = 7e-4  # cosine only
+    adam_betas: tuple[float, float] = (0.9, 0.98)
+    adam_eps: float = 1e-9
+    grad_clip: float = 0.0  # the paper states none
+    max_steps: int | None = None  # overrides row.train_steps * scale.steps
+    max_minutes: float | None = None  # stop at this much training time, restarts included
+    # cosine only: a time budget. The decay reaches 0 when this much training time (dev passes included)
+    # is spent, or at the last step if that comes first, and training stops there. The step it ends at
+    # depends on the machine's speed: such a run is not bit-reproducible on another machine.
+    budget_minutes: float | None = None
+    val_every: int = 1000  # optimizer steps between dev evaluations
+    bleu_every: int = 0  # decode the dev set every N evaluations during training (0: only at the end)
+    checkpoint_every: int = 1000  # optimizer steps between checkpoints
+    keep_checkpoints: int = 5  # newest step checkpoints kept (5 for base, 20 for big: checkpoint averaging)
+    average_last: int = 0  # average the last N checkpoints at the end (Table 3 used none)
+    on_nonfinite: str = "stop"  # stop | skip: what a NaN/inf loss does
+    compile: bool = False  # torch.compile the model
+
+
+@dataclass
+class DecodeConfig:
+    method: str = "beam"  # beam | greedy
+    beam: int = 4  # 6.1
+    alpha: float = 0.6  # GNMT length penalty
+    max_len_a: float = 1.0  # max output length = a * input length + b (6.1: input + 50)
+    max_len_b: int = 50
+    dev_limit: int | None = None  # decode only the first N dev sentences (None: all)
+    well_formed: bool = False  # task=parsing: only well-formed trees over the source (parsing/constrain.py)
+
+
+@dataclass
+class TrainerConfig:
+    accelerator: str = "auto"  # cpu | gpu | auto
+    devices: int = 1
+    num_nodes: int = 1
+    # 32-true (the paper's) | bf16-mixed | 16-mixed | auto (bf16-mixed where the device has native bf16)
+    precision: str = "32-true"
+    strategy: str = "auto"  # auto (ddp for devices > 1, one process group per job) | ddp | ddp_spawn
+    progress_bar: bool = True
+    threads: int | None = None  # torch intra-op threads on CPU (None: torch's default)
+    # hydra/launcher=gpus: the device ids the jobs of a sweep share, each job taking `devices` of them
+    # ([]: every GPU of the machine; None: no sharing, the job uses the devices Lightning picks)
+    device_pool: list[int] | None = None
+
+
+@dataclass
+class LoggerConfig:
+    kind: str = "wandb"  # wandb | csv | none
+    project: str = "ablate"
+    entity: str | None = None
+    group: str | None = None  # default: the sweep (multirun) name
+    mode: str = "auto"  # auto (online only with credentials and network) | online | offline | disabled
+    probe_timeout_s: float = 3.0
+    samples: int = 8  # sample translations logged as a table
+    # the run's checkpoints as W&B model artifacts at the end of training (Lightning's log_model=True):
+    # ~250 MB each at paper size (base), so off unless asked for
+    log_checkpoints: bool = False
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    scale: ScaleConfig = field(default_factory=ScaleConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    recipe: str = "paper"  # the recipe's name (conf/recipe/); its values are in base, train, data, decode
+    base: ArchConfig = field(default_factory=ArchConfig)  # the recipe's base architecture
+    seed: int = 1
+    task: str = DEFAULT_TASK  # a task of ablate.tasks.BUILTIN, an entry point, or an importable module:Class
+    results_dir: str = "${oc.env:ABLATE_RESULTS,results}"  # where run folders and records go
+    sweep_name: str | None = None  # set by the launcher; W&B group
+    resume: bool = True  # same identity: skip if finished, resume if interrupted
+    experiment: str | None = None
+
+
+def register_configs() -> None:
+    from hydra.core.config_store import ConfigStore
+
+    cs = ConfigStore.instance()
+    cs.store(name="schema", node=RunConfig)
+
+
+def to_dataclass(cfg: DictConfig | RunConfig) -> RunConfig:
+    if isinstance(cfg, RunConfig):
+        return cfg
+    obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), cfg))
+    assert isinstance(obj, RunConfig)
+    return obj
+
+
+def flat_fields(obj: Any, prefix: str = "") -> dict[str, Any]:
+    """{'model.d_model': 512, ...} for a dataclass tree."""
+    out: dict[str, Any] = {}
+    for f in fields(obj):
+        v = getattr(obj, f.name)
+        key = f"{prefix}{f.name}"
+        if hasattr(v, "__dataclass_fields__"):
+            out.update(flat_fields(v, key + "."))
+        else:
+            out[key] = v
+    return out
