@@ -232,7 +232,9 @@ def entry(argv: list[str]) -> None:
     if multirun and QUIET_CHILD_WARNINGS not in sys.warnoptions:
         sys.warnoptions.append(QUIET_CHILD_WARNINGS)
     if plan.FLAG in argv:
-        argv = plan.planned_argv(argv)
+        from hydra_plugins.ablate_plan.plan_launcher import parallelism
+
+        argv = plan.planned_argv(argv, parallelism(argv))
     sys.argv = [sys.argv[0], *argv]
     # Hydra composes each config once, and raises what keeps one from composing (its documented switch)
     # instead of printing it in several lines: said here in one.

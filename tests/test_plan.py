@@ -113,16 +113,19 @@ def test_a_sweep_trains_its_good_rows_and_refuses_each_bad_row_file_alone_and_th
     assert _files(tmp_path / "results") | _files(tmp_path / "cache") == before  # nothing written
     lines = _plan_lines(p.stdout)
     assert lines[("base", 1)].endswith(f"  {trained['run_id']}  finished")
-    assert lines[("A1", 1)].endswith(f"  {ids[('A1', 1)]}  to resume from step 10")
-    assert lines[("A1", 2)].endswith(f"  {ids[('A1', 2)]}  to retry (failed: CUDA out of memory)")
-    assert lines[("base", 2)].endswith(f"  {ids[('base', 2)]}  to train")
+    # each job that would train gets its time: base's from base's record, A1's scaled from it
+    assert f"  {ids[('A1', 1)]}  to resume from step 10  ~" in lines[("A1", 1)]
+    assert f"  {ids[('A1', 2)]}  to retry (failed: CUDA out of memory)  ~" in lines[("A1", 2)]
+    assert lines[("A1", 2)].endswith("(scaled: 1 record(s) of base, by parameters)")
+    assert f"  {ids[('base', 2)]}  to train  ~" in lines[("base", 2)]
+    assert lines[("base", 2)].endswith("(measured: 1 record of base)")
     assert (
         "recipe=tiny scale=tiny  N 1, d_model 32, d_ff 128, h 1, d_k 32, d_v 32, P_drop 0.1"
         in lines[("A1", 1)]
     )
-    assert p.stdout.strip().splitlines()[-1] == (
-        "[plan] plan of 4 runs: 1 finished, 1 to resume, 1 to retry, 1 to train"
-    )
+    last = p.stdout.strip().splitlines()[-1]
+    assert last.startswith("[plan] plan of 4 runs: 1 finished, 1 to resume, 1 to retry, 1 to train; ~")
+    assert last.endswith(" of wall time at 1 at a time, the basic launcher")
     p = _run(tmp_path, "model=base", "seed=2")
     assert p.returncode == 0, p.stderr[-3000:]
     (rec,) = (tmp_path / "results" / "base").glob("*-s2/record.json")
@@ -147,7 +150,9 @@ def test_the_plan_refuses_what_training_would_refuse_and_exits_2(tmp_path):
         f"[plan] model=typo  refused: {conf}/typo.yaml: unknown key 'dropuot' (did you mean dropout?)"
         in p.stdout
     )
-    assert p.stdout.strip().splitlines()[-1] == "[plan] plan of 4 runs: 1 to train, 3 refused"
+    assert p.stdout.strip().splitlines()[-1] == (
+        "[plan] plan of 4 runs: 1 to train, 3 refused; 1 run(s) of unknown time"  # no record to estimate from
+    )
     assert not (tmp_path / "results").exists()
 
 
@@ -293,7 +298,10 @@ def test_the_plan_is_a_launcher_and_plan_is_its_shorthand(tmp_path):
     assert direct.returncode == shorthand.returncode == 0, direct.stderr[-2000:] + shorthand.stderr[-2000:]
     assert direct.stdout == shorthand.stdout
     assert len(_plan_lines(direct.stdout)) == 4
-    assert direct.stdout.strip().splitlines()[-1] == "[plan] plan of 4 runs: 4 to train"
+    assert (
+        direct.stdout.strip().splitlines()[-1]
+        == "[plan] plan of 4 runs: 4 to train; 4 run(s) of unknown time"
+    )
     assert not (tmp_path / "sweep").exists() and not (tmp_path / "results").exists()
 
 

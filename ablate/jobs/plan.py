@@ -18,6 +18,7 @@ from omegaconf import DictConfig
 
 from ablate.config import ConfigError, RunConfig, effective_model, preset_name, total_steps, validate, varied
 from ablate.errors import first_line
+from ablate.jobs.estimate import Estimate, Timing
 from ablate.records import folder, identity, store
 from ablate.records.staleness import why_stale
 
@@ -98,6 +99,40 @@ def state(cfg: RunConfig) -> tuple[str, str]:
     return TO_TRAIN, ""
 
 
+def _preset(cfg: RunConfig) -> str:
+    """As records name it (ablate.jobs.estimate.timing): the recipe+scale, one name where both agree."""
+    return cfg.scale.name if cfg.recipe == cfg.scale.name else f"{cfg.recipe}+{cfg.scale.name}"
+
+
+def _overrides_text(cfg: RunConfig) -> str:
+    """The job's overrides as its command gave them (Hydra's), else its row and seed."""
+    import shlex
+
+    from hydra.core.hydra_config import HydraConfig
+
+    if HydraConfig.initialized():
+        given = HydraConfig.get().overrides
+        task = [o for o in given.task if not o.startswith("results_dir=")]
+        task += [o for o in given.hydra if o.startswith("hydra.searchpath=")]  # a researcher's configs
+        return " ".join(shlex.quote(o) for o in task)
+    return f"model={cfg.model.name} seed={cfg.seed}"
+
+
+_TIMINGS: dict[tuple[str, ...], list[Timing]] = {}
+
+
+def _timings(*folders: str) -> list[Timing]:
+    """The timings of the finished records under `folders` (read once a process)."""
+    if folders not in _TIMINGS:
+        from ablate.jobs.estimate import timing
+
+        found = []
+        for f in (Path(f) for f in folders if Path(f).is_dir()):
+            found += [t for r in store.find_records(f)[0] if (t := timing(r)) is not None]
+        _TIMINGS[folders] = found
+    return _TIMINGS[folders]
+
+
 def _checkpoint_step(ckpt_dir: Path) -> int | None:
     """The step a run would resume from, by the names of its checkpoints (last.ckpt: the newest of them,
     or step 0 where it is the only one)."""
@@ -107,27 +142,80 @@ def _checkpoint_step(ckpt_dir: Path) -> int | None:
     return 0 if (ckpt_dir / "last.ckpt").is_file() else None
 
 
-def line(cfg: RunConfig) -> tuple[str, str]:
-    """(the plan's line for this job, its state word)."""
+def line(cfg: RunConfig) -> tuple[str, str, Estimate | None]:
+    """(the plan's line for this job, its state word, the estimate of its time where it would train)."""
 
     word, detail = state(cfg)
     if word == REFUSED:
-        return f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  refused: {detail}", word
+        return f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  refused: {detail}", word, None
+    est = None
+    if word in (TO_TRAIN, TO_RESUME, TO_RETRY):
+        done = _checkpoint_step(identity.run_dir(cfg) / "checkpoints") if word == TO_RESUME else 0
+        est = run_estimate(cfg, done or 0)
     return (
-        f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  {model_text(cfg)}  "
-        f"{identity.run_id(cfg)}  {word}{detail}"
-    ), word
+        (
+            f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  {model_text(cfg)}  "
+            f"{identity.run_id(cfg)}  {word}{detail}" + (f"  {est.text()}" if est else "")
+        ),
+        word,
+        est,
+    )
 
 
-def summary(words: list[str]) -> tuple[str, bool]:
-    """('plan of 4 runs: 1 finished, 2 to train, 1 refused', none refused?)."""
+def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
+    """This run's wall time on this machine (ablate.jobs.estimate), from the finished records of its
+    results folder and of the calibration folder beside it (`<results_dir>.calibration`: where the
+    command of an unknown estimate measures)."""
+    import torch
+
+    from ablate.jobs.estimate import MEASURE_STEPS, estimate
+    from ablate.nn.model import Transformer, count_parameters
+    from ablate.records.store import machine
+
+    with torch.device("meta"):
+        params = count_parameters(Transformer(effective_model(cfg, cfg.data.vocab_size)))
+    cpu = cfg.trainer.accelerator in ("cpu", "auto") and not torch.cuda.is_available()
+    threads = cfg.trainer.threads or torch.get_num_threads()
+    device = f"cpu ({threads} threads)" if cpu else torch.cuda.get_device_name(0)
+    calibration = f"{cfg.results_dir}.calibration"
+    command = (
+        f"python -m ablate.run {_overrides_text(cfg)} train.max_steps={MEASURE_STEPS} "
+        f"train.budget_minutes=null results_dir={calibration}"
+    )
+    if cfg.train.budget_minutes is not None:  # it trains for its budget, however many steps that is
+        budget = cfg.train.budget_minutes
+        return Estimate(budget * 60, "budget", f"train.budget_minutes={budget:g}, plus setup and evaluations")
+    return estimate(
+        cfg.model.name, _preset(cfg), f"{machine()['cpu']}; {device}", total_steps(cfg) - done_steps,
+        params, _timings(cfg.results_dir, calibration), command,
+    )  # fmt: skip
+
+
+def summary(
+    words: list[str], estimates: list[float | None] = (), parallel: int = 1, how: str = ""
+) -> tuple[str, bool]:
+    """('plan of 4 runs: 1 finished, 2 to train, 1 refused; ~1 h 10 min at 2 at a time (...)', none
+    refused?). The total: the known estimates run `parallel` at a time; jobs of unknown time counted."""
+    from ablate.jobs.estimate import duration, makespan
+
     order = (FINISHED, TO_RESUME, TO_RETRY, BUSY, TO_TRAIN, REFUSED)
     counts = [f"{words.count(w)} {w}" for w in order if words.count(w)]
     n = len(words)
-    return f"plan of {n} run{'s' if n != 1 else ''}: {', '.join(counts) or 'nothing'}", REFUSED not in words
+    text = f"plan of {n} run{'s' if n != 1 else ''}: {', '.join(counts) or 'nothing'}"
+    known = [s for s in estimates if s is not None]
+    unknown = sum(1 for w, s in zip(words, estimates, strict=False) if w in _TRAINS and s is None)
+    if known or unknown:
+        at = f"{parallel} at a time" + (f", {how}" if how else "")
+        text += f"; ~{duration(makespan(known, parallel))} of wall time at {at}" if known else ""
+        text += f" ({unknown} of unknown time, more)" if unknown and known else ""
+        text += f"; {unknown} run(s) of unknown time" if unknown and not known else ""
+    return text, REFUSED not in words
 
 
-def planned_argv(argv: list[str]) -> list[str]:
+_TRAINS = (TO_TRAIN, TO_RESUME, TO_RETRY)
+
+
+def planned_argv(argv: list[str], parallel: tuple[int, str] = (1, "")) -> list[str]:
     """The command line `--plan` stands for: the same overrides as a multirun under `hydra/launcher=plan`,
     in place of the launcher it names (and that launcher's settings). Beside Hydra's own printing options
     (--cfg, --info, --help) the command is left to print what it prints."""
@@ -137,9 +225,11 @@ def planned_argv(argv: list[str]) -> list[str]:
         a for a in argv if a != FLAG and not a.lstrip("+~").startswith(("hydra/launcher=", "hydra.launcher."))
     ]
     at = _after_overrides(kept)
+    n, how = parallel  # of the launcher the command names (hydra_plugins.ablate_plan.parallelism)
+    launcher = [LAUNCHER, f"hydra.launcher.parallel={n}", f'hydra.launcher.parallel_from="{how}"']
     if any(a in ("-m", "--multirun") or a.lstrip("+").upper() == "HYDRA.MODE=MULTIRUN" for a in kept):
-        return [*kept[:at], LAUNCHER, *kept[at:]]
-    return ["-m", *kept[:at], LAUNCHER, "hydra.launcher.single_run=true", *kept[at:]]
+        return [*kept[:at], *launcher, *kept[at:]]
+    return ["-m", *kept[:at], *launcher, "hydra.launcher.single_run=true", *kept[at:]]
 
 
 _PRINTING = {"--cfg", "-c", "--info", "-i", "--help", "-h", "--hydra-help", "--shell-completion", "-sc"}
@@ -169,8 +259,9 @@ def job(dcfg: DictConfig, overrides: list[str], launcher: str | None) -> tuple[s
     except (ConfigError, ValueError) as e:
         name = label(overrides)
         return f"[plan] {name}  refused: {first_line(_cause(e))}", outcome(name, REFUSED)
-    text, word = line(cfg)
-    return text, outcome(cfg.model.name if word == REFUSED else identity.run_id(cfg), word)
+    text, word, est = line(cfg)
+    name = cfg.model.name if word == REFUSED else identity.run_id(cfg)
+    return text, outcome(name, word, estimate_s=est.seconds if est else None)
 
 
 def label(overrides: list[str]) -> str:

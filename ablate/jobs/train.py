@@ -80,7 +80,9 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
             return spawn_job(cfg, out, gpu_pool.child_env(mine, k))
     if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
         return spawn_job(cfg, out)
-    return run_worker(cfg, prepared)
+    from ablate.jobs.plan import run_estimate
+
+    return run_worker(cfg, prepared, {"estimate": run_estimate(cfg).as_record()})
 
 
 def record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:

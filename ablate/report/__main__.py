@@ -119,6 +119,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="print the ablate.run command for the missing, failed or stale cells, and exit",
     )
+    p.add_argument(
+        "--decide-command",
+        action="store_true",
+        help="print the ablate.run command that trains the seeds the undecided rows need (docs/planner.md), "
+        "record this look in <results>/looks.jsonl, and exit",
+    )
     p.add_argument("--vocab", type=_positive, default=37_000, help="params: shared vocabulary size")
     p.add_argument("--closed-form", action="store_true", help="params: use the formula, not the meta model")
     p.add_argument(
@@ -181,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         text = render(table, args.format) if args.format != "md" else to_markdown(table)
         out = _out_path(args, cmd)
         return _written(lambda: _emit(text, out, args.quiet), [], [out])
-    return _table3(args, coll, rows)
+    return _table3(args, coll, rows, task)
 
 
 def _table_of(cmd: str, task: str | None):
@@ -302,10 +308,12 @@ def _emit(text: str, out: Path | None, quiet: bool) -> None:
         sys.stdout.write(text)
 
 
-def _table3(args, coll, rows: list[str] | None) -> int:
+def _table3(args, coll, rows: list[str] | None, task: str) -> int:
     from ablate.report import table3 as t3
     from ablate.report.analysis import analyse
+    from ablate.report.decide import decide, read_looks
     from ablate.report.missing import missing_commands
+    from ablate.tasks import PPL, task_of
 
     an = analyse(
         coll,
@@ -314,6 +322,9 @@ def _table3(args, coll, rows: list[str] | None) -> int:
         boot_seed=args.boot_seed,
         seeds_min=args.seeds_min,
     )
+    decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
+    if args.decide_command:
+        return _decide_command(an, decisions, args.results)
     if args.missing_command:
         cmds = missing_commands(an, rows, args.seeds, results_dir=args.results)
         if not cmds:
@@ -343,7 +354,8 @@ def _table3(args, coll, rows: list[str] | None) -> int:
             plots = make_plots(an, plot_dir)
         target[0] = out
         if args.format == "md":
-            text = t3.table3_markdown(an, plots, out.parent if out else Path("."))
+            lines = [d.text() for d in decisions if d.state != "not compared"]
+            text = t3.table3_markdown(an, plots, out.parent if out else Path("."), lines)
         elif args.format == "json":
             text = to_json(t3.table3_json(an))
         else:
@@ -369,6 +381,26 @@ def _table3(args, coll, rows: list[str] | None) -> int:
         except WandbUnreachable as e:  # the report is written; only its W&B copy is not
             print(f"error: {e}", file=sys.stderr)
             return 2
+    return 0
+
+
+def _decide_command(an, decisions, results: str | None) -> int:
+    """The run that decides the undecided rows, on stdout; the look it makes, kept in looks.jsonl."""
+    from ablate.report.decide import decide_command, record_looks
+    from ablate.report.missing import preset_values, run_overrides
+
+    tmpl = an.coll.template()
+    over = run_overrides(tmpl, results, preset_values(run_overrides(tmpl))) if tmpl else []
+    found = decide_command(an.coll, decisions, over)
+    if found is None:
+        print(
+            "nothing to decide: every row is decided, or past the seeds a decision could take",
+            file=sys.stderr,
+        )
+        return 0
+    cmd, looks = found
+    record_looks(an.coll.results_dir, looks)
+    print(cmd)
     return 0
 
 

@@ -15,6 +15,7 @@ from ablate.config import ModelConfig
 from ablate.config.rows import ordered
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
+from ablate.tasks import PPL
 
 METRICS = ("ppl", "bleu")
 RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu", "test_bleu": "test_bleu"}
@@ -257,7 +258,7 @@ def _correct_and_flag(compared: list[RowResult]) -> None:
                 c.flags.append("interval excludes the paper's Δ")
 
 
-PAPER_PPL_EFFECT = 0.05  # the paper's dev-PPL differences to base this large count as effects (15 rows)
+PAPER_PPL_EFFECT = PPL.negligible  # the paper's dev-PPL differences to base this large count as effects
 
 
 def agreement(an: Analysis) -> dict[str, list[str]]:

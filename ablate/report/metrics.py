@@ -9,6 +9,7 @@ from typing import Any
 
 from ablate.report import stats
 from ablate.report.collect import Collection
+from ablate.report.decide import decide, read_looks
 from ablate.report.render import Table, fnum
 from ablate.tasks import PPL, Metric, Task
 
@@ -42,6 +43,11 @@ def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
             for s, r in by.items()
             if r.stale
         ),  # fmt: skip
+        *(
+            f"decision: {d.text()}"
+            for d in decide(coll, metrics, read_looks(coll.results_dir))
+            if d.state != "not compared"
+        ),
     ]
     title = f"Variations of task {task.name}: dev figures against base"
     return Table(cols, body, align="lr" + "rlrlc" * len(metrics), title=title), notes

@@ -402,7 +402,28 @@ def cost_table(an: Analysis) -> Table:
             ]
         )
     title = "Cost (mean over finished seeds; train time by the run's own clock, over every process it took)"
-    return Table(cols, body, align="lrrrrrrl", title=title)
+    table = Table(cols, body, align="lrrrrrrl", title=title)
+    return _with_estimates(an, table)
+
+
+def _with_estimates(an: Analysis, table: Table) -> Table:
+    """Where runs carry the estimate their job made before training (ablate.jobs.estimate), a column of it
+    beside the wall time they took: the mean estimate, and the bases it came from."""
+    by_row = {
+        rr.row: [r.rec["estimate"] for r in rr.finished.values() if r.rec.get("estimate")] for rr in an.rows
+    }
+    if not any(by_row.values()):
+        return table
+    for cells in table.rows:
+        est = by_row.get(cells[0], [])
+        known = [e["seconds"] for e in est if e.get("seconds") is not None]
+        bases = ", ".join(sorted({e.get("basis", "?") for e in est}))
+        cells.insert(
+            4, "" if not est else (f"{fduration(sum(known) / len(known))} ({bases})" if known else "unknown")
+        )
+    table.columns.insert(4, "estimated before (basis)")
+    table.align = table.align[:4] + "r" + table.align[4:]
+    return table
 
 
 def agreement_line(an: Analysis) -> str:
@@ -555,15 +576,36 @@ def _problems(an: Analysis) -> list[str]:
     return ["## Stale, excluded and unreadable records", ""] + out + [""] if out else []
 
 
-def table3_markdown(an: Analysis, plots: dict[str, Path] | None = None, out_dir: Path | None = None) -> str:
+def table3_markdown(
+    an: Analysis,
+    plots: dict[str, Path] | None = None,
+    out_dir: Path | None = None,
+    decisions: list[str] | None = None,
+) -> str:
     lines = _head(an)
     lines += ["## Summary", "", SUMMARY_NOTE, "", _md(summary_table(an))]
     lines += ["## Table", "", TABLE_NOTE, ""] + ([TEST_NOTE, ""] if _has_test(an) else [])
-    lines += [_md(main_table(an))] + claims_markdown(an) + _statistics(an) + _reading(an) + _problems(an)
+    lines += [_md(main_table(an))] + claims_markdown(an) + _decisions(decisions)
+    lines += _statistics(an) + _reading(an) + _problems(an)
     if plots:
         links = [f"![{title}]({_rel(p, out_dir) if out_dir else p.as_posix()})" for title, p in plots.items()]
         lines += ["## Plots", ""] + links + [""]
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _decisions(lines: list[str] | None) -> list[str]:
+    if not lines:
+        return []
+    head = [
+        "## Decisions",
+        "",
+        "Each row against base, per metric, at this look's alpha (docs/planner.md: O'Brien-Fleming spending "
+        "over the looks of looks.jsonl; negligible = TOST within the metric's delta; the seeds a side that "
+        "would decide an undecided row, for power 0.8 with the seed variance pooled over the rows). "
+        "`python -m ablate.report --decide-command` prints the run that trains them.",
+        "",
+    ]
+    return head + [f"- {line}" for line in lines] + [""]
 
 
 def _md(t: Table) -> str:

@@ -43,13 +43,15 @@ class Metric:
     record_key: str  # its key in a record's metrics
     curve_key: str  # its key in a dev line of curves.jsonl
     sentence_stats: str | None = None  # its per-sentence statistics in dev_sentences.npz (the bootstrap)
+    negligible: float = 0.1  # the largest difference to base that counts as none (the planner's delta)
 
 
 # Perplexity is every task's: the model's per-wordpiece NLL without label smoothing, token-weighted (the
 # shared training computes it; a task declares only what it adds).
 PPL = Metric(
-    "ppl", "PPL", False, "exp of the summed NLL over the summed wordpieces", "dev_ppl", "dev_ppl", "nll"
-)
+    "ppl", "PPL", False, "exp of the summed NLL over the summed wordpieces", "dev_ppl", "dev_ppl", "nll",
+    negligible=0.05,  # the paper's dev-PPL differences to base this large count as effects (15 rows)
+)  # fmt: skip
 
 
 @dataclass

@@ -68,9 +68,10 @@ class CheckpointError(ValueError):
     pass
 
 
-def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
+def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) -> dict:
     """Build, fit, evaluate, record. One piece: the try block must hold every step after the record is
-    written, so that any failure leaves the record `failed` with its reason."""
+    written, so that any failure leaves the record `failed` with its reason. `facts`: more fields of the
+    record as it starts (the job's estimate of its time)."""
     _set_up_process(cfg)
     out, rank0 = identity.run_dir(cfg), global_rank() == 0
     out.mkdir(parents=True, exist_ok=True)
@@ -81,6 +82,7 @@ def run_worker(cfg: RunConfig, prepared: Prepared) -> dict:
         data={"name": cfg.data.name, **_data_facts(prepared)},
         data_hash=prepared.meta["corpus_key"],
         devices_assigned=assigned_devices(),  # hydra/launcher=gpus: the ids this job held
+        **(facts or {}),
     )
     if rank0:
         record = status.transition(rec_path, "start", record)

@@ -8,8 +8,10 @@ The sweeper (hydra_plugins/ablate_sweeper) prints the plan's closing line and ex
 refused. Kept free of torch at import: Hydra's plugin scan imports this module on every start.
 """
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -25,14 +27,18 @@ class PlanLauncherConf:
     # `--plan` of a command without -m: the plan of that one run (a group in `model=` is refused, as the
     # run refuses it; a sweep's values are an error, as Hydra's outside a multirun)
     single_run: bool = False
+    # the launcher the command named, in its place: how many jobs it runs at once, and what says so
+    # (ablate.jobs.plan.parallelism), for the plan's total time
+    parallel: int = 1
+    parallel_from: str = ""
 
 
 ConfigStore.instance().store(group="hydra/launcher", name="plan", node=PlanLauncherConf, provider="ablate")
 
 
 class PlanLauncher(Launcher):
-    def __init__(self, single_run: bool = False) -> None:
-        self.single_run = single_run
+    def __init__(self, single_run: bool = False, parallel: int = 1, parallel_from: str = "") -> None:
+        self.single_run, self.parallel, self.parallel_from = single_run, parallel, parallel_from
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
 
@@ -56,3 +62,34 @@ class PlanLauncher(Launcher):
             ret.return_value = outcome  # JobReturn's public setter
             returns.append(ret)
         return returns
+
+
+def parallelism(argv: list[str]) -> tuple[int, str]:
+    """How many jobs the launcher a command names runs at once, and what says so: Hydra's basic launcher
+    one; joblib and gpus their n_jobs (the config file's, or the command's); SLURM its array parallelism."""
+    from omegaconf import OmegaConf
+
+    launcher, given = "basic", {}
+    for a in argv:
+        key, _, value = a.lstrip("+~").partition("=")
+        if key == "hydra/launcher":
+            launcher = value
+        elif key.startswith("hydra.launcher."):
+            given[key.removeprefix("hydra.launcher.")] = value
+    if launcher == "basic":
+        return 1, "the basic launcher"
+    key = "array_parallelism" if launcher == "slurm" else "n_jobs"
+    path = Path(__file__).resolve().parents[2] / "conf" / "hydra" / "launcher" / f"{launcher}.yaml"
+    default = OmegaConf.load(path).get(key) if path.is_file() else None
+    if default is None and launcher == "slurm":
+        from hydra_plugins.ablate_slurm.slurm_launcher import SlurmLauncherConf
+
+        default = SlurmLauncherConf.array_parallelism
+    value = given.get(key, default)
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        return 1, f"{launcher}: {key} unknown, one at a time"
+    if n < 1:  # joblib's -1: every core
+        n = os.cpu_count() or 1
+    return n, f"hydra/launcher={launcher} {key}={value}"

@@ -311,8 +311,11 @@ class AblateSweeper(Sweeper):
                     _ = r.return_value  # raises where a job raised, as Hydra's sweepers do
                 returns.append(results)
         if self.planning:  # each job printed its plan line; the counts, exit 2 where one is refused
-            words = [r.return_value["status"] for batch in returns for r in batch]
-            line, none_refused = plan.summary(words + [plan.REFUSED] * len(self._rejected))
+            outcomes = [r.return_value for batch in returns for r in batch]
+            words = [o["status"] for o in outcomes] + [plan.REFUSED] * len(self._rejected)
+            estimates = [o.get("estimate_s") for o in outcomes] + [None] * len(self._rejected)
+            launcher = self.launcher
+            line, none_refused = plan.summary(words, estimates, launcher.parallel, launcher.parallel_from)
             print(f"[plan] {line}", flush=True)
             if not none_refused:
                 sys.exit(2)

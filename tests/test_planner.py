@@ -1,0 +1,132 @@
+"""The ablation planner: what a run will cost (ablate.jobs.estimate) and how many seeds decide a row
+(ablate.report.decide), each figure against a hand computation or a simulation."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from ablate.jobs.estimate import Estimate, Timing, estimate, makespan
+from ablate.report.collect import Collection, RowConfigs, Run
+from ablate.report.decide import Look, decide, decide_command, pooled_sd, seeds_needed, spent, tost
+from ablate.tasks import PPL
+
+MACHINE = "AMD EPYC (family 26, model 2); cpu (1 threads)"
+
+
+def test_an_estimate_from_hand_made_records_is_the_hand_computation():
+    timings = [
+        Timing("A1", "cpu", MACHINE, 0.50, 30.0, 1000),  # seconds a step, outside training, parameters
+        Timing("A1", "cpu", MACHINE, 0.70, 50.0, 1000),
+        Timing("base", "cpu", MACHINE, 0.20, 20.0, 500),
+        Timing("base", "cpu", "another CPU; cpu (1 threads)", 9.0, 9.0, 500),  # not this machine
+        Timing("base", "tiny", MACHINE, 9.0, 9.0, 500),  # not this preset
+    ]
+    # measured: the median of A1's 0.5 and 0.7 s a step x 100 steps + the median of 30 and 50 s outside
+    assert estimate("A1", "cpu", MACHINE, 100, 1000, timings, "cmd") == Estimate(
+        0.6 * 100 + 40.0, "measured", "2 records of A1"
+    )
+    # scaled: the median over the preset's records of s a step per parameter (0.5e-3, 0.7e-3, 0.4e-3) is
+    # 0.5e-3, x 2,000 parameters x 10 steps; outside: the median of 30, 50 and 20 s
+    scaled = estimate("C3", "cpu", MACHINE, 10, 2000, timings, "cmd")
+    assert scaled.basis == "scaled" and scaled.seconds == pytest.approx(0.5e-3 * 2000 * 10 + 30.0)
+    unknown = estimate("A1", "multi30k", MACHINE, 100, 1000, timings, "python -m ablate.run ...")
+    assert unknown == Estimate(None, "unknown", "python -m ablate.run ...")
+    assert unknown.text() == "estimate unknown (measure: python -m ablate.run ...)"
+
+
+def test_the_total_runs_the_longest_jobs_first_on_the_free_slots():
+    assert makespan([5, 4, 3, 3], 2) == 8  # 5+3 | 4+3
+    assert makespan([5, 4, 3, 3], 1) == 15 and makespan([5, 4, 3, 3], 8) == 5 and makespan([], 3) == 0
+
+
+def test_the_seeds_needed_for_a_hand_worked_case():
+    """sd 1, a difference of 1, alpha 0.05, power 0.8. The normal quantiles give 2 (1.960 + 0.842)^2 = 15.7,
+    16 seeds; on t quantiles n = 16 needs 2 (t_.975,30 + t_.8,30)^2 = 2 (2.042 + 0.854)^2 = 16.77 > 16, and
+    n = 17 needs 2 (2.037 + 0.853)^2 = 16.70 <= 17: 17 seeds a side."""
+    assert 2 * (2.0423 + 0.8538) ** 2 == pytest.approx(16.77, abs=0.01)
+    assert seeds_needed(1.0, 1.0, 0.05, 0.8, cap=100) == 17
+    assert seeds_needed(1.0, 1.0, 0.05, 0.8, cap=16) is None  # past the cap
+    assert seeds_needed(0.5, 1.0, 0.05, 0.8, cap=100) == 6  # n = 5 needs 5.10, n = 6 needs 4.83
+    # paired seeds: n - 1 degrees of freedom; n = 17 needs 2 (2.120 + 0.865)^2 = 17.8, n = 18 needs 17.7
+    assert seeds_needed(1.0, 1.0, 0.05, 0.8, cap=100, paired=True) == 18
+
+
+def test_tost_on_a_hand_made_pair():
+    """Paired differences 0.1, 0.0, 0.2: mean 0.1, sd 0.1, standard error 0.1/sqrt(3) = 0.0577; the 90%
+    interval is 0.1 -+ t_.95,2 (2.920) x 0.0577 = [-0.0686, 0.2686]: inside +-0.3, not inside +-0.2."""
+    base, row = {1: 10.0, 2: 11.0, 3: 12.0}, {1: 10.1, 2: 11.0, 3: 12.2}
+    lo, hi, inside = tost(base, row, 0.3, 0.05)
+    assert lo == pytest.approx(-0.0686, abs=1e-4) and hi == pytest.approx(0.2686, abs=1e-4) and inside
+    assert not tost(base, row, 0.2, 0.05)[2]
+    assert pooled_sd([[1.0, 3.0], [2.0, 2.0, 5.0], [7.0]]) == pytest.approx(math.sqrt((2.0 + 6.0) / 3))
+
+
+def test_obrien_fleming_spending_at_hand_values():
+    """a(t) = 2 - 2 Phi(1.96 / sqrt(t)): all of alpha at t = 1, 2 - 2 Phi(2.772) = 0.0056 at t = 1/2."""
+    assert spent(0.05, 1.0) == pytest.approx(0.05)
+    assert spent(0.05, 0.5) == pytest.approx(2 - 2 * sps.norm.cdf(1.959964 / math.sqrt(0.5)), abs=1e-9)
+    assert spent(0.05, 0.5) == pytest.approx(0.0056, abs=1e-4)
+
+
+def _collection(values: dict[str, dict[int, float]]) -> Collection:
+    runs = {
+        row: {
+            s: Run({"run_id": f"{row}-s{s}", "status": "finished", "metrics": {"dev_ppl": v}})
+            for s, v in by.items()
+        }
+        for row, by in values.items()
+    }
+    return Collection(runs, RowConfigs({}, {}), [], "sim", None, None, [], None)
+
+
+def _two_looks(rng: np.random.Generator, effect: float, sd: float = 1.0) -> str:
+    """One simulated row through the planner, in a table of 10 rows of 3 seeds (the seed variance pooled
+    over them, as over a preset's rows): a first look at 3 seeds, then, where undecided, the seeds it asks
+    for and a second look under the alpha the first left."""
+    others = {f"x{i}": {s: rng.normal(0.0, sd) for s in (1, 2, 3)} for i in range(8)}
+    base = {s: rng.normal(0.0, sd) for s in (1, 2, 3)}
+    row = {s: rng.normal(effect, sd) for s in (1, 2, 3)}
+
+    def row_decision(looks: list[Look]):
+        return next(
+            d
+            for d in decide(_collection({"base": base, "row": row, **others}), [PPL], looks)
+            if d.row == "row"
+        )
+
+    d = row_decision([])
+    if d.state != "undecided" or not d.needed:
+        return d.state
+    look = Look("sim", "row", "ppl", d.seeds, d.needed, d.alpha)
+    for s in range(4, d.needed + 1):
+        base[s], row[s] = rng.normal(0.0, sd), rng.normal(effect, sd)
+    return row_decision([look]).state
+
+
+@pytest.mark.slow
+def test_two_looks_keep_the_false_positives_at_alpha_and_reach_the_power_promised():
+    """Null rows taken through two looks: decided better or worse in at most 5% of them (Monte Carlo
+    error, 3 standard errors, aside); rows 2 seed-sd worse (PPL: higher) decided worse in 80% at least.
+    The 8 other rows of the table give the pooled seed variance its degrees of freedom."""
+    rng = np.random.default_rng(0)
+    n = 2000
+    null = [_two_looks(rng, 0.0) for _ in range(n)]
+    false = sum(s in ("better", "worse") for s in null) / n
+    assert false <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n), false
+    power = sum(_two_looks(rng, 2.0) == "worse" for _ in range(n // 4)) / (n // 4)
+    assert power >= 0.8 - 3 * math.sqrt(0.8 * 0.2 / (n // 4)), power
+
+
+def test_the_decide_command_trains_exactly_the_seeds_asked_for(tmp_path):
+    coll = _collection({"base": {1: 5.0, 2: 5.2, 3: 5.1}, "A1": {1: 5.3, 2: 5.1, 3: 5.6}})
+    coll.results_dir = tmp_path
+    (d,) = decide(coll, [PPL])
+    assert d.state == "undecided" and d.needed and d.needed > 3
+    cmd, looks = decide_command(coll, [d], ["experiment=x"])
+    seeds = ",".join(map(str, range(1, d.needed + 1)))
+    assert cmd == f"python -m ablate.run -m model=base,A1 seed={seeds} experiment=x"
+    assert looks == [Look("sim", "A1", "ppl", 3, d.needed, d.alpha)]
