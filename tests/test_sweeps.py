@@ -14,6 +14,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 # Used as `ab.name`, never imported by name: Hydra's plugin scan (on the first config loader) re-executes
 # plugin modules in place, so classes and functions are looked up at call time.
 import hydra_plugins.ablate_sweeper.ablate_sweeper as ab
+import hydra_plugins.ablate_sweeper.rows as rows_mod
 
 ROOT = Path(__file__).resolve().parents[1]
 CONF = ROOT / "conf"
@@ -26,32 +27,35 @@ TABLE3 = ["base", *A, *B, *C, *D, "E", "big"]
 
 @pytest.fixture(scope="module")
 def rows():
-    return ab.rows_in_dir(CONF)
+    return rows_mod.rows_in_dir(CONF)
 
 
 def test_rows_and_groups_come_from_the_row_files(rows):
-    assert list(rows)[:20] == list(ab.PAPER_ROWS) == TABLE3  # the paper's order first
+    assert list(rows)[:20] == list(rows_mod.PAPER_ROWS) == TABLE3  # the paper's order first
     assert rows["A3"] == "A" and rows["C7"] == "C" and rows["E"] == "E" and rows["big"] == "big"
     assert rows["base"] == "base" and rows["pre_ln"] == "extra"
 
 
 def test_group_letters_expand_in_the_papers_order(rows):
-    assert ab.expand_models(["A"], rows) == A
-    assert ab.expand_models(["A", "B", "C"], rows) == A + B + C  # 13 jobs
-    assert ab.expand_models(["A", "base"], rows) == A + ["base"]
-    assert ab.expand_models(["base", "A", "B", "C", "D", "E", "big"], rows) == TABLE3
-    assert ab.expand_models(["extra"], rows) == ["pre_ln"]
+    assert rows_mod.expand_models(["A"], rows) == A
+    assert rows_mod.expand_models(["A", "B", "C"], rows) == A + B + C  # 13 jobs
+    assert rows_mod.expand_models(["A", "base"], rows) == A + ["base"]
+    assert rows_mod.expand_models(["base", "A", "B", "C", "D", "E", "big"], rows) == TABLE3
+    assert rows_mod.expand_models(["extra"], rows) == ["pre_ln"]
 
 
 def test_row_names_stay_rows(rows):
-    assert ab.expand_models(["A1", "A2"], rows) == ["A1", "A2"]
-    assert ab.expand_models(["E"], rows) == ["E"] and ab.expand_models(["big"], rows) == ["big"]
-    assert ab.expand_models(["C3", "A", "A2"], rows) == ["C3", *A]  # given order kept, a repeat runs once
+    assert rows_mod.expand_models(["A1", "A2"], rows) == ["A1", "A2"]
+    assert rows_mod.expand_models(["E"], rows) == ["E"] and rows_mod.expand_models(["big"], rows) == ["big"]
+    assert rows_mod.expand_models(["C3", "A", "A2"], rows) == [
+        "C3",
+        *A,
+    ]  # given order kept, a repeat runs once
 
 
 def test_unknown_name_is_a_one_line_error_with_the_choices(rows):
-    with pytest.raises(ab.UnknownRowError) as e:
-        ab.expand_models(["A", "Z9"], rows)
+    with pytest.raises(rows_mod.UnknownRowError) as e:
+        rows_mod.expand_models(["A", "Z9"], rows)
     msg = str(e.value)
     assert "'Z9'" in msg and "\n" not in msg
     assert "Rows: base, A1, A2" in msg and "pre_ln" in msg and "Groups: A, B, C, D, extra" in msg
@@ -61,7 +65,7 @@ def test_override_lines_other_keys_and_glob_untouched(rows):
     parser = OverridesParser.create()
 
     def expand(*lines):
-        return ab.expand_override_lines(list(lines), parser, lambda: rows)
+        return rows_mod.expand_override_lines(list(lines), parser, lambda: rows)
 
     assert expand("model=A,base", "seed=1,2,3") == ["model=A1,A2,A3,A4,base", "seed=1,2,3"]
     assert expand("model=B") == ["model=B1,B2"]  # a single group value becomes a sweep
@@ -69,7 +73,7 @@ def test_override_lines_other_keys_and_glob_untouched(rows):
     assert expand("model=A1,A2") == ["model=A1,A2"]
     assert expand("model=glob(*)", "model=glob(C*)") == ["model=glob(*)", "model=glob(C*)"]
     assert expand("trainer.devices=1,2", "+model.foo=1") == ["trainer.devices=1,2", "+model.foo=1"]
-    with pytest.raises(ab.UnknownRowError, match="model=nope"):
+    with pytest.raises(rows_mod.UnknownRowError, match="model=nope"):
         expand("model=nope")
 
 
@@ -85,15 +89,15 @@ def test_a_users_row_file_makes_a_new_group(tmp_path):
     _write(tmp_path / "model" / "X2.yaml", "defaults: [base, _self_]\nname: X2\ngroup: X\nd_ff: 2\n")
     # no group key: the group of the row it builds on, as the composed config would have it
     _write(tmp_path / "model" / "X3.yaml", "defaults: [X2, _self_]\nname: X3\nd_ff: 3\n")
-    rows = ab.rows_in_dir(tmp_path)
+    rows = rows_mod.rows_in_dir(tmp_path)
     assert rows == {"base": "base", "A1": "A", "X2": "X", "X3": "X", "X10": "X"}
-    assert ab.expand_models(["X", "A"], rows) == ["X2", "X3", "X10", "A1"]
+    assert rows_mod.expand_models(["X", "A"], rows) == ["X2", "X3", "X10", "A1"]
     # The same through Hydra's config sources (what the sweeper reads: search path, ConfigStore).
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra._internal.utils import create_config_search_path
 
     loader = ConfigLoaderImpl(config_search_path=create_config_search_path(str(tmp_path)))
-    assert ab.rows_from_sources(loader.get_sources()) == rows
+    assert rows_mod.rows_from_sources(loader.get_sources()) == rows
 
 
 def _loader():
@@ -156,7 +160,7 @@ def test_sweeper_makes_the_cartesian_product_and_keeps_basic_sweeper_options(tmp
     # hydra.sweeper.params (what the experiment configs use): groups there too; the command line wins.
     jobs = _sweeper_run(tmp_path, ["seed=3"], params={"model": "D,E", "seed": "1,2"})[0]
     assert jobs == [[f"model={r}", "seed=3"] for r in [*D, "E"]]
-    with pytest.raises(ab.UnknownRowError, match="'F'"):
+    with pytest.raises(rows_mod.UnknownRowError, match="'F'"):
         _sweeper_run(tmp_path, ["model=A,F"])
 
 
@@ -171,7 +175,7 @@ def test_a_single_group_value_composes_for_multirun_and_fails_for_one_run(tmp_pa
     with pytest.raises(Exception, match=r"model=C is a Table 3 group \(C1 C2 C3 C4 C5 C6 C7\), not a row"):
         OmegaConf.to_container(cfg.model, resolve=True)
     # The stand-ins are never listed: glob(*), --help and the sweeper see the row files only.
-    assert _loader().get_group_options("model") == sorted(ab.rows_in_dir(CONF))
+    assert _loader().get_group_options("model") == sorted(rows_mod.rows_in_dir(CONF))
 
 
 @pytest.mark.parametrize(
@@ -194,14 +198,16 @@ def test_experiment_sweeps_cover_each_group(rows, name):
         cfg.experiment == name
         and f"-m experiment={name}" in (CONF / "experiment" / f"{name}.yaml").read_text()
     )
-    assert ab.expand_models(cfg.hydra.sweeper.params.model.split(","), ab.rows_in_dir(CONF)) == rows
+    assert (
+        rows_mod.expand_models(cfg.hydra.sweeper.params.model.split(","), rows_mod.rows_in_dir(CONF)) == rows
+    )
 
 
 def test_table3_seeds_is_every_row_times_three_seeds():
     from omegaconf import OmegaConf
 
     params = OmegaConf.load(CONF / "experiment" / "table3_seeds.yaml").hydra.sweeper.params
-    assert ab.expand_models(params.model.split(","), ab.rows_in_dir(CONF)) == TABLE3
+    assert rows_mod.expand_models(params.model.split(","), rows_mod.rows_in_dir(CONF)) == TABLE3
     assert params.seed == "1,2,3"
 
 

@@ -113,10 +113,18 @@ def quiet_third_party() -> None:
 
 
 def make_logger(
-    cfg: LoggerConfig, run_dir: Path, run_id: str, name: str, group: str | None, tags: list[str], config: dict
+    cfg: LoggerConfig,
+    run_dir: Path,
+    run_id: str,
+    name: str,
+    group: str | None,
+    tags: list[str],
+    config: dict,
+    metrics=(),
 ):
     """The run's logger. W&B: one run per job, job_type "train", in the W&B group logger.group (default:
-    the sweep), with summaries that keep the best dev PPL and BLEU rather than the last."""
+    the sweep), with summaries that keep the best dev PPL and the best of each of the task's `metrics`
+    rather than the last."""
     if cfg.kind == "none":
         return False
     if cfg.kind == "csv":
@@ -148,7 +156,7 @@ def make_logger(
     # the logger has no public way to leave a key out of its init arguments.
     if getattr(logger, "_wandb_init", {}).get("anonymous", 0) is None:
         del logger._wandb_init["anonymous"]
-    define_metrics(logger.experiment)
+    define_metrics(logger.experiment, metrics)
     return logger
 
 
@@ -206,13 +214,16 @@ def what_ran(run_dir: Path, config: dict) -> dict:
     return out
 
 
-# Summaries keep the best value of a curve, not its last (W&B's define_metric); the report run's keys too.
-SUMMARY_GOALS = {"dev/ppl": "min", "dev/bleu": "max", "dev/f1": "max", "train/loss": "min"}
+def define_metrics(run, metrics=()) -> None:
+    """Summaries keep the best value of a curve, not its last (W&B's define_metric): perplexity's, the
+    training loss's, and each of the task's declared metrics in its own direction."""
+    from ablate.tasks import PPL
 
-
-def define_metrics(run) -> None:
     run.define_metric("trainer/global_step")
-    for key, goal in SUMMARY_GOALS.items():
+    goals = {"train/loss": "min"} | {
+        f"dev/{m.name}": "max" if m.higher_is_better else "min" for m in (PPL, *metrics)
+    }
+    for key, goal in goals.items():
         run.define_metric(key, step_metric="trainer/global_step", summary=f"{goal},last")
 
 

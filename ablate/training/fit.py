@@ -209,8 +209,9 @@ def _logger(cfg: RunConfig, out: Path):
     }
     config = {**asdict(cfg), **flat}
     return tracking.make_logger(
-        cfg.logger, out, identity.run_id(cfg), cfg.model.name, cfg.sweep_name, tags, config
-    )
+        cfg.logger, out, identity.run_id(cfg), cfg.model.name, cfg.sweep_name, tags, config,
+        task_of(cfg.task).metrics,
+    )  # fmt: skip
 
 
 def _budget(cfg: RunConfig, out: Path, clock: TrainClock) -> Budget | None:

@@ -11,154 +11,40 @@ paper rows in the paper's order, then a user's rows by name. Values keep the ord
 runs once. glob() and range() values are left to Hydra's override parser. max_batch_size,
 hydra.sweeper.params and the cartesian product over the keys mean what they mean to Hydra's basic sweeper.
 
-`-m model=B` (one group, no comma) is not a sweep to Hydra, which composes the sweep's own config with it
-before any sweeper runs; so a config source (`ablaterows://`, added after the app's conf/ by a search path
-plugin, listing nothing) answers `model/<group>` for each group that is not a row with a stand-in whose
-`name` fails to resolve: a single run `model=B` without -m stops with "model=B is a group ..." instead.
+The package's modules, one job each: this one the sweeper (the jobs, those finished skipped before the
+launcher, the plan's closing line, the sweep's own); `rows` the rows and groups of the config sources and
+the job lines they give; `row_groups` the config source that refuses a group given as one run.
 
-This module is imported by Hydra's plugin scan on every start: keep it free of torch and of `ablate`, and
-without `from __future__ import annotations` (the scan executes it before it is in sys.modules, and
-@dataclass then fails on string annotations, which would stop every run).
+Hydra's plugin scan imports these modules on every start: keep them free of torch (ablate.config.rows
+imports none), and without `from __future__ import annotations` (the scan executes a module before it is
+in sys.modules, and @dataclass then fails on string annotations, which would stop every run).
 """
 
 import itertools
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hydra.core.config_search_path import ConfigSearchPath
 from hydra.core.config_store import ConfigStore
-from hydra.core.object_type import ObjectType
 from hydra.core.override_parser.overrides_parser import OverridesParser
-from hydra.core.override_parser.types import Override, ValueType
 from hydra.core.plugins import Plugins
 from hydra.core.utils import JobReturn
-from hydra.errors import ConfigCompositionException, HydraException
-from hydra.plugins.config_source import ConfigLoadError, ConfigResult, ConfigSource
+from hydra.errors import HydraException
 from hydra.plugins.launcher import Launcher
-from hydra.plugins.search_path_plugin import SearchPathPlugin
 from hydra.plugins.sweeper import Sweeper
 from hydra.types import HydraContext, TaskFunction
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from ablate.config.rows import TABLE3_ROWS, group_order, ordered, resolve_row, row_order
-
-MODEL_GROUP = "model"
-
-PAPER_ROWS = TABLE3_ROWS  # Table 3 top to bottom; a user's rows come after these
-
-
-class UnknownRowError(ConfigCompositionException):
-    """A `model=` value that is neither a row nor a group; printed by Hydra as one line."""
-
-
-def rows_and_groups(load: Callable[[str], DictConfig | None], names: Iterable[str]) -> dict[str, str]:
-    """{row: group} for the row files `names`, in table order. A row without `group:` takes the group of the
-    row it builds on (rows.resolve_row: its defaults list, as in composition), else "base"."""
-
-    def raw(name: str) -> dict | None:
-        try:
-            cfg = load(name)
-        except Exception:  # noqa: BLE001 - a row file that does not load fails its own jobs, not the listing
-            return None
-        return OmegaConf.to_container(cfg) if isinstance(cfg, DictConfig) else None
-
-    return {n: str(resolve_row(n, raw).get("group", "base")) for n in ordered(names)}
-
-
-def rows_in_dir(conf_dir: str | Path) -> dict[str, str]:
-    """{row: group} for <conf_dir>/model/*.yaml (no Hydra needed)."""
-    d = Path(conf_dir) / MODEL_GROUP
-
-    def load(name: str) -> DictConfig | None:
-        cfg = OmegaConf.load(d / f"{name}.yaml")
-        return cfg if isinstance(cfg, DictConfig) else None
-
-    return rows_and_groups(load, (p.stem for p in d.glob("*.yaml")))
-
-
-def rows_from_sources(sources: Sequence[Any]) -> dict[str, str]:
-    """{row: group} from Hydra's config sources (the search path: conf/, pkg://, the ConfigStore), the first
-    source that has a row wins, as in Hydra's repository."""
-    names: set[str] = set()
-    for src in sources:
-        if src.is_group(MODEL_GROUP):
-            names.update(src.list(config_path=MODEL_GROUP, results_filter=ObjectType.CONFIG))
-
-    def load(name: str) -> DictConfig | None:
-        path = f"{MODEL_GROUP}/{name}"
-        for src in sources:
-            if src.is_config(path):
-                cfg = src.load_config(config_path=path).config
-                return cfg if isinstance(cfg, DictConfig) else None
-        return None
-
-    return rows_and_groups(load, names)
-
-
-def groups_of(rows: Mapping[str, str]) -> dict[str, list[str]]:
-    """{group: [rows in table order]}, groups in table order."""
-    out: dict[str, list[str]] = {}
-    for g in sorted(set(rows.values()), key=group_order):
-        out[g] = sorted((r for r, rg in rows.items() if rg == g), key=row_order)
-    return out
-
-
-def expand_models(values: Sequence[str], rows: Mapping[str, str]) -> list[str]:
-    """The rows that `model=<values>` means: a row name stays itself, a group name becomes its rows (table
-    order); the order of `values` is kept and a row given twice appears once. Raises UnknownRowError naming
-    the value, the valid rows and the groups."""
-    groups = groups_of(rows)
-    out: list[str] = []
-    for v in values:
-        if v in rows:
-            names = [v]
-        elif v in groups:
-            names = groups[v]
-        else:
-            only_groups = [g for g in groups if g not in rows]
-            raise UnknownRowError(
-                f"{MODEL_GROUP}={v}: no row or group named '{v}' in conf/{MODEL_GROUP}/. "
-                f"Rows: {', '.join(rows)}. Groups: {', '.join(only_groups) or '(none)'}"
-                " (a group is the `group:` key of a row file)."
-            )
-        out.extend(n for n in names if n not in out)
-    return out
-
-
-def expand_override_lines(
-    lines: Sequence[str], parser: OverridesParser, rows: Callable[[], Mapping[str, str]]
-) -> list[str]:
-    """Rewrite each `model=...` line (a value or a comma/choice() sweep) into explicit rows; other lines,
-    glob()/range() sweeps and `~model` are returned as given. `rows()` is called only when needed."""
-    out: list[str] = []
-    for line in lines:
-        ov: Override = parser.parse_override(line)
-        values = _model_values(ov)
-        if values is None:
-            out.append(line)
-            continue
-        expanded = expand_models(values, rows())
-        shuffle = ov.is_choice_sweep() and getattr(ov.value(), "shuffle", False)
-        value = ",".join(expanded)
-        if shuffle:
-            value = f"shuffle({value})"
-        out.append(f"{ov.get_key_element()}={value}")
-    return out
-
-
-def _model_values(ov: Override) -> list[str] | None:
-    if ov.key_or_group != MODEL_GROUP or ov.is_delete() or ov.value_type is None:
-        return None
-    if ov.value_type == ValueType.ELEMENT:
-        v = ov.value()
-        return [v] if isinstance(v, str) else None
-    if ov.value_type in (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.CHOICE_SWEEP):
-        return list(ov.sweep_string_iterator())
-    return None  # glob(), range(), interval(): Hydra's meaning
+from hydra_plugins.ablate_sweeper.rows import (
+    MODEL_GROUP,
+    expand_override_lines,
+    rows_from_sources,
+    rows_in_dir,
+    searchpath_folders,
+)
 
 
 @dataclass
@@ -280,7 +166,7 @@ class AblateSweeper(Sweeper):
         if self._rows is None:
             assert self.hydra_context is not None
             rows = rows_from_sources(self.hydra_context.config_loader.get_sources())
-            for folder in _searchpath_folders(self.config):  # a researcher's own rows (hydra.searchpath)
+            for folder in searchpath_folders(self.config):  # a researcher's own rows (hydra.searchpath)
                 for row, group in rows_in_dir(folder).items():
                     rows.setdefault(row, group)
             self._rows = rows
@@ -348,87 +234,3 @@ def _composition_problem(overrides: list[str], error: Exception, sources: Sequen
 
 # ----------------------------------------------------------------------------------------------------------
 # `model=<group>` in the sweep's own (primary) config: see the module docstring.
-
-GROUP_SCHEME = "ablaterows"
-
-
-def _group_is_not_a_row(group: str, rows: str) -> str:
-    raise ValueError(
-        f"{MODEL_GROUP}={group} is a Table 3 group ({rows}), not a row: run its rows with "
-        f"`-m {MODEL_GROUP}={group}`, or name one row"
-    )
-
-
-def _searchpath_folders(config: DictConfig) -> list[str]:
-    """The folders of `hydra.searchpath` (file:// or plain paths) that hold a model/ folder: the config
-    loader's own sources do not include them."""
-    entries = OmegaConf.select(config, "hydra.searchpath", default=None) if config is not None else None
-    entries = entries or []
-    folders = (str(e).removeprefix("file://") for e in entries if not str(e).startswith("pkg://"))
-    return [f for f in folders if os.path.isdir(os.path.join(f, MODEL_GROUP))]
-
-
-OmegaConf.register_new_resolver("ablate_group", _group_is_not_a_row, replace=True)
-
-
-class RowGroupSource(ConfigSource):
-    """`<scheme>://<conf dir>`: model/<group> for every group of <conf dir>/model/*.yaml that is not itself a
-    row. Lists nothing, so glob(), --help and the sweeper's row list see only the row files."""
-
-    def __init__(self, provider: str, path: str) -> None:
-        super().__init__(provider=provider, path=path)
-        self._groups: dict[str, list[str]] | None = None
-
-    @staticmethod
-    def scheme() -> str:
-        return GROUP_SCHEME
-
-    def groups(self) -> dict[str, list[str]]:
-        if self._groups is None:
-            try:
-                rows = rows_in_dir(self.path)
-            except Exception:  # noqa: BLE001 - a broken row file is reported when it is composed
-                rows = {}
-            self._groups = {g: r for g, r in groups_of(rows).items() if g not in rows}
-        return self._groups
-
-    def _group_name(self, config_path: str) -> str | None:
-        group, _, name = config_path.removesuffix(".yaml").rpartition("/")
-        return name if group == MODEL_GROUP and name in self.groups() else None
-
-    def available(self) -> bool:
-        return os.path.isdir(os.path.join(self.path, MODEL_GROUP))
-
-    def is_group(self, config_path: str) -> bool:
-        return False
-
-    def is_config(self, config_path: str) -> bool:
-        return self._group_name(config_path) is not None
-
-    def list(self, config_path: str, results_filter: ObjectType | None) -> list[str]:
-        return []
-
-    def load_config(self, config_path: str) -> ConfigResult:
-        name = self._group_name(config_path)
-        if name is None:
-            raise ConfigLoadError(f"{GROUP_SCHEME}: no group {config_path}")
-        rows = " ".join(self.groups()[name])
-        cfg = OmegaConf.create({"name": f"${{ablate_group:'{name}','{rows}'}}", "group": name})
-        return ConfigResult(
-            config=cfg,
-            path=self.full_path(),
-            provider=self.provider,
-            header={"package": None},  # what Hydra's sources give a config without a `# @package` line
-        )
-
-
-class RowGroupSearchPath(SearchPathPlugin):
-    """Adds `ablaterows://<dir>` after the app's own config dir (a file path with a model/ folder)."""
-
-    def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        for el in list(search_path.get_path()):
-            if el.provider != "main" or not el.path:
-                continue
-            path = el.path.removeprefix("file://")
-            if "://" not in path and os.path.isdir(os.path.join(path, MODEL_GROUP)):
-                search_path.append("ablate-groups", f"{GROUP_SCHEME}://{path}")
