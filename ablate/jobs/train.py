@@ -80,9 +80,18 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
             return spawn_job(cfg, out, gpu_pool.child_env(mine, k))
     if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
         return spawn_job(cfg, out)
+    return run_worker(cfg, prepared, {"estimate": _estimate(cfg)})
+
+
+def _estimate(cfg: RunConfig) -> dict | None:
+    """The estimate of this run's time its plan line gives (ablate.jobs.plan), kept in its record; a run
+    never waits on it: where it cannot be made, the record says none."""
     from ablate.jobs.plan import run_estimate
 
-    return run_worker(cfg, prepared, {"estimate": run_estimate(cfg).as_record()})
+    try:
+        return run_estimate(cfg).as_record()
+    except Exception:  # noqa: BLE001 - an estimate is a note beside the run, never a reason to stop it
+        return None
 
 
 def record_rejection(cfg: RunConfig | None, e: BaseException) -> str | None:
