@@ -130,3 +130,21 @@ def test_the_decide_command_trains_exactly_the_seeds_asked_for(tmp_path):
     seeds = ",".join(map(str, range(1, d.needed + 1)))
     assert cmd == f"python -m ablate.run -m model=base,A1 seed={seeds} experiment=x"
     assert looks == [Look("sim", "A1", "ppl", 3, d.needed, d.alpha)]
+
+
+def test_a_looks_file_that_cannot_be_read_stops_the_report_in_one_line(tmp_path, capsys):
+    """The alpha spent so far is in looks.jsonl: a line that is not a look stops the report, naming it,
+    instead of deciding as if no look had been made."""
+    import json
+
+    from ablate.report.__main__ import main
+
+    run = tmp_path / "base" / "base-x-s1"
+    run.mkdir(parents=True)
+    rec = {"schema_version": 1, "run_id": "base-x-s1", "row": "base", "seed": 1, "status": "finished",
+           "task": "translation", "config": {}, "metrics": {"dev_ppl": 5.0}}  # fmt: skip
+    (run / "record.json").write_text(json.dumps(rec))
+    (tmp_path / "looks.jsonl").write_text('{"preset": "cpu", "row": "A1"\n')
+    assert main(["metrics", "--results", str(tmp_path), "--out", "-", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith(f"error: {tmp_path / 'looks.jsonl'} line 1: not a look (JSONDecodeError)")

@@ -181,13 +181,19 @@ def main(argv: list[str] | None = None) -> int:
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(_selection_line(coll), file=sys.stderr)
-    if table_fn is not None:
+    from ablate.report.decide import LooksError
+
+    try:
+        if table_fn is None:
+            return _table3(args, coll, rows, task)
         table, notes = table_fn(coll)
-        table.notes = notes
-        text = render(table, args.format) if args.format != "md" else to_markdown(table)
-        out = _out_path(args, cmd)
-        return _written(lambda: _emit(text, out, args.quiet), [], [out])
-    return _table3(args, coll, rows, task)
+    except LooksError as e:  # the looks the alpha was spent over cannot be read: no decision is safe
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    table.notes = notes
+    text = render(table, args.format) if args.format != "md" else to_markdown(table)
+    out = _out_path(args, cmd)
+    return _written(lambda: _emit(text, out, args.quiet), [], [out])
 
 
 def _table_of(cmd: str, task: str | None):

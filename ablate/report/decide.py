@@ -120,7 +120,12 @@ class Look:
     alpha: float  # alpha this look spent
 
 
+class LooksError(ValueError):
+    """looks.jsonl holds a line that is not a look: the alpha spent so far is unknown."""
+
+
 def read_looks(results: Path) -> list[Look]:
+    """The looks made so far on the records of `results` (LooksError names a line that is not one)."""
     path = Path(results) / LOOKS
     if not path.is_file():
         return []
@@ -129,7 +134,10 @@ def read_looks(results: Path) -> list[Look]:
         try:
             out.append(Look(**json.loads(line)))
         except (ValueError, TypeError) as e:
-            raise ValueError(f"{path} line {n}: not a look ({type(e).__name__}: {e})") from None
+            raise LooksError(
+                f"{path} line {n}: not a look ({type(e).__name__}); the alpha spent so far is unknown: "
+                "restore the line or remove the file and its looks"
+            ) from None
     return out
 
 
