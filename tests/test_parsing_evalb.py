@@ -220,3 +220,45 @@ def test_details_table_is_evalbs_own_table_line_for_line(tmp_path):
     assert evalb_table.splitlines()[9].split()[5] == "1"
     # the written trees carry the gold POS tags, so that EVALB deletes the same punctuation
     assert "(. .)" in trees.read_text() and "XX" not in trees.read_text()
+
+
+def test_the_paired_bootstrap_of_two_parsers_equals_a_hand_computation(tmp_path):
+    """Two hand-made hypothesis files against three gold trees, bracket counts by hand (every labelled span
+    but the preterminals): gold 1 (S (NP a b) (VP c (NP d))) has S, NP, VP and NP: A writes all 4, B only S
+    and VP; gold 2 (S (NP e) (VP f)) has S, NP, VP: A and B write S only; gold 3 (S (NP g h) (VP i)) has S,
+    NP, VP: A writes S and a wrong (NP h i), B all three. F1 = 2 M / (G + T): A 2*6/(10+7) = 70.59, B
+    2*6/(10+6) = 75.00, a difference of +4.41. Its interval and two-sided p are recomputed from the same
+    resamples of sentence indices (seed 0) by a plain loop."""
+    import numpy as np
+
+    from ablate.data.treebank.corpus import read_trees
+    from ablate.tasks.parsing.interval import paired_f1_difference
+
+    gold = [
+        parse_bracketed("(S (NP (DT a) (NN b)) (VP (VB c) (NP (NN d))))")[0],
+        parse_bracketed("(S (NP (NN e)) (VP (VB f)))")[0],
+        parse_bracketed("(S (NP (DT g) (NN h)) (VP (VB i)))")[0],
+    ]
+    a_file, b_file = tmp_path / "a.trees.txt", tmp_path / "b.trees.txt"
+    a_file.write_text(
+        "(S (NP (DT a) (NN b)) (VP (VB c) (NP (NN d))))\n(S (NN e) (VB f))\n(S (DT g) (NP (NN h) (VB i)))\n"
+    )
+    b_file.write_text(
+        "(S (DT a) (NN b) (VP (VB c) (NN d)))\n(S (NN e) (VB f))\n(S (NP (DT g) (NN h)) (VP (VB i)))\n"
+    )
+    a, b = evalb(gold, read_trees(a_file)).sentences, evalb(gold, read_trees(b_file)).sentences
+    assert [(s.matched, s.gold_brackets, s.test_brackets) for s in a] == [(4, 4, 4), (1, 3, 1), (1, 3, 2)]
+    assert [(s.matched, s.gold_brackets, s.test_brackets) for s in b] == [(2, 4, 2), (1, 3, 1), (3, 3, 3)]
+
+    def f1(rows):  # corpus F1 = 2 M / (G + T)
+        m, g, t = (sum(r[i] for r in rows) for i in range(3))
+        return 200.0 * m / (g + t)
+
+    ca, cb = [(4, 4, 4), (1, 3, 1), (1, 3, 2)], [(2, 4, 2), (1, 3, 1), (3, 3, 3)]
+    diff = f1(cb) - f1(ca)
+    assert diff == pytest.approx(75.0 - 1200 / 17) and round(diff, 2) == 4.41
+    draws = np.random.default_rng(0).integers(0, 3, size=(200, 3))
+    d = [f1([cb[i] for i in row]) - f1([ca[i] for i in row]) for row in draws]
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    p = np.mean([abs(x - diff) >= abs(diff) for x in d])
+    assert paired_f1_difference(a, b, 0.95, 200, 0) == pytest.approx((diff, lo, hi, p))
