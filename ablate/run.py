@@ -12,7 +12,7 @@ import hydra
 from omegaconf import DictConfig
 
 from ablate.cluster.cpu_load import busy_cores_note
-from ablate.config import ConfigError, RunConfig, default_results, register_configs
+from ablate.config import DEFAULT_TASK, ConfigError, RunConfig, default_results, register_configs
 from ablate.errors import first_line, os_error_line, typed_line
 from ablate.jobs import plan
 from ablate.jobs.sweep import member_config, outcome
@@ -27,7 +27,7 @@ def summary(rec: dict) -> str:
     lines = [
         f"run        {rec['run_id']}  ({rec['status']})",
         f"dev PPL    {m.get('dev_ppl', float('nan')):.3f}  (per wordpiece, no label smoothing)",
-        *task_of(rec["task"]).summary(m),
+        *task_of(rec.get("task") or DEFAULT_TASK).summary(m),
         f"params     {rec.get('params', 0):,}  (at paper scale: {rec.get('params_paper_scale', 0):,})",
         f"steps      {rec.get('steps', 0)}  tokens/s {rec.get('tokens_per_s', 0):,.0f}  "
         f"wall {rec.get('wall_time_s', 0):.0f}s  device {rec.get('device', '?')}",

@@ -55,7 +55,12 @@ def _train(cfg: RunConfig, jobs_per_device: int) -> dict:
             rec_path = out / store.RECORD_NAME
             if rec_path.is_file():
                 return store.read_record(rec_path)
-            return {"run_id": identity.run_id(cfg), "row": cfg.model.name, "status": "running"}
+            return {
+                "run_id": identity.run_id(cfg),
+                "row": cfg.model.name,
+                "status": "running",
+                "task": cfg.task,
+            }
         return _train_locked(cfg, out, jobs_per_device)
 
 
