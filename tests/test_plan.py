@@ -51,6 +51,11 @@ def _plan_lines(out: str) -> dict[tuple[str, int], str]:
     return lines
 
 
+def _run_id(line: str) -> str:
+    """The run id of a plan line: `<row>-<12 hex>-s<seed>`, wherever the line puts it."""
+    return next(w for w in line.split("  ") if re.fullmatch(r"\S+-[0-9a-f]{12}-s\d+", w))
+
+
 def test_row_file_problems_name_the_file_and_line(tmp_path):
     for name, text in USER_ROWS.items():
         (tmp_path / f"{name}.yaml").write_text(text)
@@ -96,7 +101,7 @@ def test_a_sweep_trains_its_good_rows_and_refuses_each_bad_row_file_alone_and_th
     p = _run(tmp_path, "-m", "model=base,A1", "seed=1,2", "hydra/launcher=joblib_cpu", "--plan")
     assert p.returncode == 0, p.stderr[-3000:]
     first = _plan_lines(p.stdout)
-    ids = {key: ln.split("  ")[-2] for key, ln in first.items()}
+    ids = {key: _run_id(ln) for key, ln in first.items()}
     assert ids[("base", 1)] == trained["run_id"] and first[("base", 1)].endswith("  finished")
     a1 = tmp_path / "results" / "A1"
     (a1 / ids[("A1", 1)] / "checkpoints").mkdir(parents=True)
