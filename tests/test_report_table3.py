@@ -407,8 +407,7 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     assert "our test split: the test section (23) of the treebank at data.name=builtin, 118 sentences" in t4
     assert "EVALB errors 2, over 200 brackets 0" in t4
     assert (
-        "| ours: parse5 | WSJ only discriminative (data=builtin) |  | 89.50 (dev) |  | 3/127 | 9.95 |"
-        in t4
+        "| ours: parse5 | WSJ only discriminative (data=builtin) |  | 89.50 (dev) |  | 3/127 | 9.95 |" in t4
     )
     # the runs it chose, named, with what decides their F1 beyond the row
     assert "ours: parse4 (test split): parse4-" in t4 and "ours: parse5 (dev split): parse5-" in t4
