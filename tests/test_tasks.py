@@ -196,3 +196,11 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     (user / "reverse_task.py").write_text(source.replace("100.0 * hits.mean()", "99.0 * hits.mean()"))
     table = _cmd(report, env).stdout
     assert "| base † | 2 |" in table and f"its task's folder {user}/" in table
+
+
+def test_the_report_names_a_task_it_cannot_load_by_its_option(tmp_path, capsys):
+    from ablate.report.__main__ import main
+
+    assert main(["metrics", "--task", "nope", "--results", str(tmp_path), "--out", "-"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == "error: --task nope: not a task (translation, parsing, or an importable module:Class)"

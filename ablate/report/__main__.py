@@ -209,7 +209,7 @@ def _table_of(cmd: str, task: str | None):
         try:
             declared = task_of(task).tables
         except ConfigError as e:
-            raise SelectionError(f"--task {e}") from None
+            raise SelectionError(str(e).replace(f"task={task}", f"--task {task}", 1)) from None
         if cmd in declared:
             return task, _function(declared[cmd])
     elif found := table(cmd):
