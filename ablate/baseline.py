@@ -30,7 +30,8 @@ from ablate.records.store import RECORD_NAME, baseline_record
 from ablate.tasks.parsing import ParsingTask
 from ablate.tasks.parsing.baselines import KINDS, make_parser
 from ablate.tasks.parsing.pcfg import Markov
-from ablate.tasks.parsing.score import score_parsed
+from ablate.tasks.parsing.score import figures as score_figures
+from ablate.tasks.parsing.score import parsed_result, sentence_counts
 
 ROWS = {"right": "right_branching", "left": "left_branching", "pcfg": "pcfg"}
 
@@ -97,12 +98,15 @@ def _parse_split(folder: Path, split: str, gold: list, parse, fields: dict) -> N
     t0 = time.perf_counter()
     parsed = [parse(g) for g in gold]
     prefix = "" if split == "dev" else f"{split}_"
-    figures = score_parsed(gold, [t for t, _ in parsed])
+    result = parsed_result(gold, [t for t, _ in parsed])
+    figures = score_figures(result, [[] for _ in parsed])
     figures |= {"n_fallback": sum(f for _, f in parsed), "parse_time_s": time.perf_counter() - t0}
     fields["metrics"] |= {prefix + k: v for k, v in figures.items()}
     name = f"{split}.trees.txt"
     atomic_write_text(folder / name, "".join(to_string(t) + "\n" for t, _ in parsed))
     fields["files"][f"{split}_trees"] = name
+    atomic_write_text(folder / f"{split}.evalb.json", sentence_counts(result))  # Table 4's paired test
+    fields["files"][f"{split}_evalb"] = f"{split}.evalb.json"
 
 
 if __name__ == "__main__":

@@ -199,6 +199,18 @@ def test_the_pcfg_command_parses_all_of_section_23_and_table4_shows_it(ptb_sampl
     text = out.read_text()
     assert f"| {m['test_f1']:.2f} | [{m['test_f1_lo']:.2f}, {m['test_f1_hi']:.2f}] |" in text
     assert "baseline: right-branching trees, gold tags" in text
+    # the paired difference to the PCFG from the counts each baseline wrote beside its trees equals the one
+    # read from the trees themselves, scored again against the gold trees (ablate.tasks.parsing.paired)
+    from ablate.data.treebank.corpus import read_trees
+    from ablate.data.treebank.wsj import load_split
+    from ablate.tasks.parsing.paired import compare
+
+    gold = load_split(ptb_sample_dir, "test")
+    (pcfg_trees,) = tmp_path.glob("pcfg/*/test.trees.txt")
+    (right_trees,) = tmp_path.glob("right_branching/*/test.trees.txt")
+    diff, lo, hi, p = compare(gold, read_trees(pcfg_trees), read_trees(right_trees))
+    row = next(line for line in text.splitlines() if "baseline: right-branching" in line)
+    assert f"| {diff:+.2f} [{lo:+.2f}, {hi:+.2f}], p {p:.3f} |" in row and diff < -50
 
 
 def test_make_parser_refuses_an_unknown_kind():

@@ -95,7 +95,9 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> di
     for suffix, text in files.items():
         folder.atomic_write_text(run_dir / f"{protocol.tag}{suffix}", text)
     rec = store.read_record(run_dir / store.RECORD_NAME)
-    files = {f"{split}_hyp": f"{protocol.tag}.hyp.txt"}
+    files = {f"{split}_hyp": f"{protocol.tag}.hyp.txt"} | {
+        f"{split}_{suffix.split('.')[1]}": f"{protocol.tag}{suffix}" for suffix in files
+    }  # the task's files beside the hypotheses: test_trees, test_evalb
     evaluations.write(run_dir, rec["run_id"], protocol, metrics, files, by_run)
     return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
 

@@ -46,11 +46,11 @@ class ParsingTask(Task):
 
     def split_metrics(self, cfg, prepared, dm, split, hyps, refs):
         """BLEU of the trees as strings, EVALB (COLLINS.prm) figures of the decoded trees of a split
-        (section 23 for Table 4), and the hypotheses as bracketed trees, one a line, in `.trees.txt` for
-        EVALB itself."""
+        (the test split for Table 4), the hypotheses as bracketed trees, one a line, in `.trees.txt` for
+        EVALB itself, and each sentence's bracket counts in `.evalb.json` (Table 4's paired test)."""
         from ablate.data.treebank.corpus import gold_trees
         from ablate.data.treebank.tree import to_string
-        from ablate.tasks.parsing.score import figures, score_trees
+        from ablate.tasks.parsing.score import figures, score_trees, sentence_counts
 
         bleu = split_bleu(hyps, refs, split, cfg.data.tgt_lang)
         if split == "custom":  # --src/--ref: no gold trees
@@ -60,7 +60,7 @@ class ParsingTask(Task):
         result, trees, notes = score_trees(sources, hyps, gold)
         text = "\n".join(to_string(t) for t in trees) + "\n"
         evalb = {f"{split}_{k}": v for k, v in figures(result, notes).items()}
-        return {**bleu, **evalb}, {".trees.txt": text}
+        return {**bleu, **evalb}, {".trees.txt": text, ".evalb.json": sentence_counts(result)}
 
     def summary(self, metrics):
         """The dev F1 with what tells a parser from a flat tree: the outputs repaired, the flat-tree floor."""

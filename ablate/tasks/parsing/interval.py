@@ -15,7 +15,7 @@ from scipy import stats
 
 from .evalb import OK, SentenceResult
 
-__all__ = ["LEVEL", "RESAMPLES", "f1_interval", "paired_f1_difference"]
+__all__ = ["LEVEL", "RESAMPLES", "f1_interval", "paired_counts_difference", "paired_f1_difference"]
 
 LEVEL = 0.95
 RESAMPLES = 2000
@@ -59,18 +59,31 @@ def paired_f1_difference(
     resamples: int = RESAMPLES,
     seed: int = SEED,
 ) -> tuple[float, float, float, float]:
+    """paired_counts_difference of two parsers' EVALB sentences."""
+
+    def counts(ss: list[SentenceResult]) -> dict:
+        return {"matched": [x.matched for x in ss], "gold": [x.gold_brackets for x in ss],
+                "test": [x.test_brackets for x in ss], "valid": [x.status == OK for x in ss]}  # fmt: skip
+
+    return paired_counts_difference(counts(a), counts(b), level, resamples, seed)
+
+
+def paired_counts_difference(
+    a: dict, b: dict, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
+) -> tuple[float, float, float, float]:
     """The paired bootstrap over sentences (Berg-Kirkpatrick et al. 2012; Dror et al. 2018) of corpus F1(b)
-    - F1(a), two parsers scored on the same gold trees: (difference, the `level` percentile interval, the
-    two-sided p of the centred resamples, P(|d* - d| >= |d|)). The same resampled sentences for both;
-    sentences valid in both count, as in EVALB's F1."""
-    if len(a) != len(b):
-        raise ValueError(f"paired: {len(a)} and {len(b)} sentences; the same gold trees are scored twice")
-    both = [(x, y) for x, y in zip(a, b, strict=True) if x.status == OK and y.status == OK]
-    keys = ("matched", "gold_brackets", "test_brackets")
-    ca = [np.array([getattr(x, k) for x, _ in both], dtype=float) for k in keys]
-    cb = [np.array([getattr(y, k) for _, y in both], dtype=float) for k in keys]
+    - F1(a), two parsers' per-sentence bracket counts (matched, gold, test, valid) on the same gold trees:
+    (difference, the `level` percentile interval, the two-sided p of the centred resamples,
+    P(|d* - d| >= |d|)). The same resampled sentences for both; sentences valid in both count, as in EVALB's
+    F1."""
+    if len(a["matched"]) != len(b["matched"]):
+        n_a, n_b = len(a["matched"]), len(b["matched"])
+        raise ValueError(f"paired: {n_a} and {n_b} sentences; the same gold trees are scored twice")
+    keep = np.array(a["valid"], dtype=bool) & np.array(b["valid"], dtype=bool)
+    ca = [np.asarray(a[k], dtype=float)[keep] for k in ("matched", "gold", "test")]
+    cb = [np.asarray(b[k], dtype=float)[keep] for k in ("matched", "gold", "test")]
     diff = float(corpus_f1(*cb) - corpus_f1(*ca))
-    idx = np.random.default_rng(seed).integers(0, len(both), size=(resamples, len(both)))
+    idx = np.random.default_rng(seed).integers(0, int(keep.sum()), size=(resamples, int(keep.sum())))
     d = corpus_f1(*(c[idx] for c in cb)) - corpus_f1(*(c[idx] for c in ca))  # (resamples,)
     lo, hi = np.percentile(d, [50 * (1 - level), 50 * (1 + level)])
     p = float(np.mean(np.abs(d - diff) >= abs(diff)))

@@ -27,7 +27,15 @@ from ablate.data.treebank.tree import Tree, clean, read_mrg, to_string, words
 from .evalb import COLLINS, EvalbResult, copy_gold_tags, evalb
 from .interval import f1_interval
 
-__all__ = ["score_predictions", "score_trees", "score_parsed", "figures", "main"]
+__all__ = [
+    "score_predictions",
+    "score_trees",
+    "score_parsed",
+    "parsed_result",
+    "sentence_counts",
+    "figures",
+    "main",
+]
 
 
 def score_trees(
@@ -57,9 +65,25 @@ def _flat_f1(sources: list[str], gold: list[Tree]) -> float:
 def score_parsed(gold: list[Tree], trees: list[Tree]) -> dict:
     """The figures of `score_predictions` for trees over the gold words (a baseline's parses), read as the
     Transformer's are: with the gold POS tags in place of their own."""
+    return figures(parsed_result(gold, trees), [[] for _ in trees])
+
+
+def parsed_result(gold: list[Tree], trees: list[Tree]) -> EvalbResult:
+    """The EVALB result of trees over the gold words, read with the gold POS tags (score_parsed's)."""
     sources = [" ".join(words(g)) for g in gold]
-    result = replace(evalb(gold, trees, test_tags="gold"), flat_f1=_flat_f1(sources, gold))
-    return figures(result, [[] for _ in trees])
+    return replace(evalb(gold, trees, test_tags="gold"), flat_f1=_flat_f1(sources, gold))
+
+
+def sentence_counts(result: EvalbResult) -> str:
+    """Each sentence's bracket counts, as JSON (matched, gold, test, valid): what a paired test over the
+    same sentences reads (interval.paired_counts_difference), written beside a split's trees."""
+    from .evalb import OK
+
+    s = result.sentences
+    return json.dumps({
+        "matched": [x.matched for x in s], "gold": [x.gold_brackets for x in s],
+        "test": [x.test_brackets for x in s], "valid": [x.status == OK for x in s],
+    }) + "\n"  # fmt: skip
 
 
 def score_predictions(sources: list[str], predictions: list[str], gold: list[Tree]) -> dict:

@@ -26,21 +26,23 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         "paper: WSJ 23 F1",
         "ours: test split F1",
         "95% interval",
+        "Δ PCFG, paired [95%], p",
         "repaired",
         "flat tree",
         "training time",
         "notes",
     ]
     body: list[list[Any]] = [
-        [r["parser"], r["training"], f"{r['f1']:.1f}"] + [""] * 6 for r in paper.table4()
+        [r["parser"], r["training"], f"{r['f1']:.1f}"] + [""] * 7 for r in paper.table4()
     ]
     groups = _groups(coll)
     notes = _test_sets(coll)
+    pcfg = _counts(next((r for r in coll.baselines if r.row == "pcfg"), None), None)
     for (row, data, key, _), figures in sorted(groups.items()):
-        body.append(_row(row, data, key, figures))
+        body.append(_row(row, data, key, figures, pcfg))
         notes += [f"ours: {row} ({_split(key, f.protocol)}): {_what_ran(f.run)}" for f in figures]
     for r in sorted(coll.baselines, key=lambda r: -float(r.metrics.get("test_f1") or 0)):
-        body.append(_baseline_row(r))
+        body.append(_baseline_row(r, pcfg))
         notes.append(f"baseline: {r.row}: {r.rec['run_id']} (command: {r.rec.get('command', '?')})")
     if not groups and not coll.baselines:
         notes.append("No parsing record (task=parsing) has metrics.f1 yet.")
@@ -54,8 +56,13 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         "trees); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split; 95% interval: "
         "the percentile bootstrap over the split's sentences (one run; several seeds show mean ± sd)."
     )
+    notes.append(
+        "Δ PCFG: this row's test-split F1 less the treebank PCFG's, the paired bootstrap over the same "
+        "sentences from each one's per-sentence bracket counts (2,000 resamples, seed 0; a run or baseline "
+        "without its counts beside its trees, `<split>.evalb.json`, shows none)."
+    )
     title = "Table 4: English constituency parsing (the paper's WSJ 23; ours on the test split named below)"
-    table = Table(cols, body, align="llrrlrrrl", title=title)
+    table = Table(cols, body, align="llrrllrrrl", title=title)
     return table, notes
 
 
@@ -105,7 +112,36 @@ def _unprefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
 
 
-def _row(row: str, data: str, key: str, figures: list[Figures]) -> list[Any]:
+def _counts(run: Run | None, protocol: Protocol | None) -> dict | None:
+    """The per-sentence bracket counts of a run's test split (its evaluation's under `protocol`, else its
+    own), or None where it has none."""
+    import json
+
+    if run is None:
+        return None
+    files = run.rec.get("files") or {}
+    if protocol is not None:
+        found = run.evaluated(protocol)
+        files = found.files if found else {}
+    path = files.get("test_evalb")
+    try:
+        return json.loads((run.folder / path).read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+
+
+def _paired(pcfg: dict | None, figures: list[Figures], key: str) -> str:
+    """F1 less the PCFG's on the same sentences, paired; one run's test figures only."""
+    from ablate.tasks.parsing.interval import paired_counts_difference
+
+    mine = _counts(figures[0].run, figures[0].protocol) if len(figures) == 1 and key == "test_f1" else None
+    if pcfg is None or mine is None or len(mine["matched"]) != len(pcfg["matched"]):
+        return ""
+    diff, lo, hi, p = paired_counts_difference(pcfg, mine)
+    return f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}], p {p:.3f}"
+
+
+def _row(row: str, data: str, key: str, figures: list[Figures], pcfg: dict | None = None) -> list[Any]:
     runs, ms = [f.run for f in figures], [f.metrics for f in figures]
     mean, sd, n = stats.mean_sd([float(m[key]) for m in ms])
     training = "semi-supervised" if "semi" in data else "WSJ only discriminative"
@@ -121,6 +157,7 @@ def _row(row: str, data: str, key: str, figures: list[Figures]) -> list[Any]:
         "",
         fnum(mean, 2) + (f" ± {fnum(sd, 2)}" if n > 1 else "") + ("" if key == "test_f1" else " (dev)"),
         _interval(ms[0], key) if n == 1 else "",
+        _paired(pcfg, figures, key),
         f"{total('n_repaired')}/{total('n')}",
         fnum(flat[0], 2) if flat[0] is not None and len(set(flat)) == 1 else "?",
         _minutes([r.rec.get("train_time_s") for r in runs]),
@@ -136,7 +173,7 @@ BASELINES = {
 }
 
 
-def _baseline_row(r: Run) -> list[Any]:
+def _baseline_row(r: Run, pcfg: dict | None = None) -> list[Any]:
     """A baseline's row: its test-split F1 (its dev F1 where it has none), read as our runs' are."""
     m, cfg = r.metrics, r.cfg("baseline") or {}
     key = "test_f1" if m.get("test_f1") is not None else "f1"
@@ -151,6 +188,7 @@ def _baseline_row(r: Run) -> list[Any]:
         "",
         fnum(m.get(key), 2) + ("" if key == "test_f1" else " (dev)"),
         _interval(m, key),
+        "" if r.row == "pcfg" else _paired(pcfg, [Figures(r, m)], key),
         f"{m.get(prefix + 'n_repaired', 0)}/{m.get(prefix + 'n', '?')}",
         fnum(m.get(prefix + "f1_flat"), 2),
         _minutes([r.rec.get("train_time_s")]),
