@@ -36,7 +36,7 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         [r["parser"], r["training"], f"{r['f1']:.1f}"] + [""] * 7 for r in paper.table4()
     ]
     groups = _groups(coll)
-    notes = _test_sets(coll)
+    notes = _test_sets(coll) + _test_decodes(coll)
     pcfg = _counts(next((r for r in coll.baselines if r.row == "pcfg"), None), None)
     for (row, data, key, _), figures in sorted(groups.items()):
         body.append(_row(row, data, key, figures, pcfg))
@@ -227,6 +227,20 @@ def _test_sets(coll: Collection) -> list[str]:
         + f"; the paper's rows are WSJ section 23 ({WSJ_23_SENTENCES:,} sentences): other sentences, so no "
         "difference to the paper is computed"
         for where, ns in sorted(seen.items())
+    ]
+
+
+def _test_decodes(coll: Collection) -> list[str]:
+    """How often the test split was looked at: the test evaluations of the table's runs (a choice is made
+    on dev; the test split is decoded once for each recipe reported)."""
+    runs = [r for by in coll.runs.values() for r in by.values()]
+    decodes = [(r, e) for r in runs for e in r.evaluations if e.protocol.split == "test"]
+    if not decodes:
+        return []
+    decoded = len({r.rec["run_id"] for r, _ in decodes})
+    return [
+        f"the test split was decoded {len(decodes)} time(s), for {decoded} of the {len(runs)} run(s) of "
+        "this table (each evaluation of a run on it, whatever its protocol)"
     ]
 
 
