@@ -251,7 +251,7 @@ def test_an_os_error_without_a_file_says_what_was_being_done_and_where(phase, tm
         monkeypatch.setattr(ablate.jobs.train, "run_worker", _full_disk)
         doing = f"training the run in {run_dir(cfg)}"
     if phase == "evaluation":
-        monkeypatch.setattr(ablate.training.evaluation, "load_config", _full_disk)
+        monkeypatch.setattr(ablate.training.evaluation.store, "read_record", _full_disk)
         with pytest.raises(OSError) as e:
             ablate.training.evaluation.evaluate_run(tmp_path / "run")
         doing = f"evaluating the run in {tmp_path / 'run'}"

@@ -174,7 +174,7 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
 
     with torch.device("meta"):
         params = count_parameters(Transformer(effective_model(cfg, cfg.data.vocab_size)))
-    cpu = cfg.trainer.accelerator in ("cpu", "auto") and not torch.cuda.is_available()
+    cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
     threads = cfg.trainer.threads or torch.get_num_threads()
     device = f"cpu ({threads} threads)" if cpu else torch.cuda.get_device_name(0)
     calibration = f"{cfg.results_dir}.calibration"

@@ -205,14 +205,11 @@ def _table_of(cmd: str, task: str | None):
     from ablate.report.collect import SelectionError
     from ablate.tasks import table, task_of
 
-    if task is not None:
-        try:
-            declared = task_of(task).tables
-        except ConfigError as e:
-            raise SelectionError(str(e).replace(f"task={task}", f"--task {task}", 1)) from None
-        if cmd in declared:
-            return task, _function(declared[cmd])
-    elif found := table(cmd):
+    try:
+        found = table(cmd, task)
+    except ConfigError as e:
+        raise SelectionError(str(e).replace(f"task={task}", f"--task {task}", 1)) from None
+    if found:
         return found
     if cmd == "metrics":
         from ablate.report.metrics import metrics_table
@@ -225,13 +222,6 @@ def _table_of(cmd: str, task: str | None):
         f"no table {cmd!r}" + (f" of task {task}" if task else "") + " (commands: table3, metrics, params, "
         "dashboard, levelled, and the tables of a task: python -m ablate.report --help)"
     )
-
-
-def _function(where: str):
-    import importlib
-
-    module, _, name = where.partition(":")
-    return getattr(importlib.import_module(module), name)
 
 
 def _rows(text: str | None, known: set[str]) -> list[str] | None:

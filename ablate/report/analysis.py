@@ -219,17 +219,9 @@ def _compare(rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_
         bv, rv = base.values[m], rr.values[m]
         if not bv or not rv or len(rv) < seeds_min or len(bv) < seeds_min:
             continue
-        paired_seeds = set(rv) <= set(bv)
         c.diff, bv_cmp = diff_to_base(rv, bv)
         c.n_row, c.n_base = len(rv), len(bv_cmp)
-        common = sorted(rv) if paired_seeds else []
-        try:
-            if len(common) >= 2:
-                c.ttest = stats.paired_t([bv[s] for s in common], [rv[s] for s in common])
-            elif len(bv) >= 2 and len(rv) >= 2:
-                c.ttest = stats.welch(list(bv.values()), list(rv.values()))
-        except ValueError:
-            c.ttest = None
+        c.ttest = stats.against_base(bv, rv)
         row_sent = _sentences(rr) if row_sent is None else row_sent
         if base_sent and row_sent:
             paired = set(row_sent) <= set(base_sent)

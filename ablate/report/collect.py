@@ -131,6 +131,13 @@ class Run:
         """The newest evaluation under `protocol`, or None."""
         return newest(self.evaluations).get(protocol)
 
+    def evaluated_on(self, split: str) -> dict[Protocol, Evaluation]:
+        """The newest evaluation of `split` under each protocol, curve points (--until-step) aside: what a
+        table of a split's figures shows, a line each."""
+        return {
+            p: e for p, e in newest(self.evaluations).items() if p.split == split and p.until_step is None
+        }
+
     @property
     def folder(self) -> Path:
         return Path(self.rec["_path"]).parent

@@ -78,14 +78,8 @@ def t_interval(
 ) -> tuple[float, float, float, str] | None:
     """(difference row - base, lo, hi, test) at level 1 - alpha: paired t over shared seeds where every seed
     of the row has base's, else Welch's; None below two seeds a side."""
-    shared = sorted(set(base) & set(row))
-    if len(shared) >= 2 and shared == sorted(row):
-        t = stats.paired_t([base[s] for s in shared], [row[s] for s in shared], conf=1 - alpha)
-    elif len(base) >= 2 and len(row) >= 2:
-        t = stats.welch(list(base.values()), list(row.values()), conf=1 - alpha)
-    else:
-        return None
-    return t.diff, t.lo, t.hi, t.kind
+    t = stats.against_base(base, row, conf=1 - alpha)
+    return None if t is None else (t.diff, t.lo, t.hi, t.kind)
 
 
 def tost(

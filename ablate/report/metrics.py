@@ -65,7 +65,7 @@ def _cells(m: Metric, mine: dict[int, float], base: dict[int, float]) -> list[st
         "" if n == 0 else fnum(mean, 2) + spread,
         "" if interval is None else f"[{fnum(interval[0], 2)}, {fnum(interval[1], 2)}]",
     ]
-    test = _against(base, mine)
+    test = stats.against_base(base, mine)
     if test is None:
         return out + ["", "", ""]
     better = test.lo > 0 if m.higher_is_better else test.hi < 0
@@ -76,12 +76,3 @@ def _cells(m: Metric, mine: dict[int, float], base: dict[int, float]) -> list[st
         f"[{fnum(test.lo, 2)}, {fnum(test.hi, 2)}] ({test.kind})",
         verdict,
     ]
-
-
-def _against(base: dict[int, float], mine: dict[int, float]) -> stats.TTest | None:
-    shared = sorted(set(base) & set(mine))
-    if len(shared) >= 2 and shared == sorted(mine):
-        return stats.paired_t([base[s] for s in shared], [mine[s] for s in shared])
-    if len(base) >= 2 and len(mine) >= 2:
-        return stats.welch(list(base.values()), list(mine.values()))
-    return None

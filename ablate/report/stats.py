@@ -81,6 +81,17 @@ def paired_t(a, b, conf: float = 0.95) -> TTest:
     )
 
 
+def against_base(base: dict[int, float], row: dict[int, float], conf: float = 0.95) -> TTest | None:
+    """A row's values against base's, by seed: the paired t over their seeds where every seed of the row
+    ran for base too (two at least), else Welch's t (two values a side at least), else None."""
+    if len(row) >= 2 and set(row) <= set(base):
+        shared = sorted(row)
+        return paired_t([base[s] for s in shared], [row[s] for s in shared], conf)
+    if len(base) >= 2 and len(row) >= 2:
+        return welch(list(base.values()), list(row.values()), conf)
+    return None
+
+
 def holm(pvalues) -> list[float]:
     """Holm-Bonferroni adjusted p-values (step-down, monotone, capped at 1); None/nan entries stay nan and
     do not count towards the number of tests."""

@@ -148,9 +148,10 @@ def own_code(name: str) -> tuple[str, ...]:
     return (*task.own_code, str(Path(module.__file__).resolve().parent) + "/")
 
 
-def table(command: str) -> tuple[str, Callable] | None:
-    """(task, its table function) of the built-in task that declares report table `command`."""
-    for name in BUILTIN:
+def table(command: str, task: str | None = None) -> tuple[str, Callable] | None:
+    """(task, its table function) of report table `command`: the one `task` declares, or without a task
+    the built-in task's that declares it; None where none does."""
+    for name in [task] if task is not None else BUILTIN:
         if command in task_of(name).tables:
             module, _, fn = task_of(name).tables[command].partition(":")
             return name, getattr(importlib.import_module(module), fn)

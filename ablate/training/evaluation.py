@@ -71,7 +71,8 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> di
     from ablate.data.datamodule import Seq2SeqData, prepare_corpus
     from ablate.training.module import Seq2SeqModule
 
-    cfg = load_config(run_dir)
+    rec = store.read_record(run_dir / store.RECORD_NAME)  # read once: its config, id and steps
+    cfg = to_dataclass(OmegaConf.create(rec["config"]))
     task = task_of(cfg.task)  # before the corpus: a task may bring its data source
     prepared = prepare_corpus(cfg.data)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
@@ -87,25 +88,20 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> di
         split,
         len(ckpts) if average or until_step is not None else 0,
         until_step,
-        tuple(step_of(p) for p in ckpts) if average or until_step is not None else _last_step(run_dir),
+        tuple(step_of(p) for p in ckpts)
+        if average or until_step is not None
+        else (None if rec.get("steps") is None else (int(rec["steps"]),)),  # last.ckpt: the finished run's
     )
     folder.atomic_write_text(run_dir / f"{protocol.tag}.hyp.txt", "\n".join(out) + "\n")
     figures, files = task.split_metrics(cfg, prepared, dm, split, out, refs)
     metrics = {**figures, f"{split}_sentences": len(out), f"{split}_averaged_checkpoints": len(ckpts)}
     for suffix, text in files.items():
         folder.atomic_write_text(run_dir / f"{protocol.tag}{suffix}", text)
-    rec = store.read_record(run_dir / store.RECORD_NAME)
     files = {f"{split}_hyp": f"{protocol.tag}.hyp.txt"} | {
         f"{split}_{suffix.split('.')[1]}": f"{protocol.tag}{suffix}" for suffix in files
     }  # the task's files beside the hypotheses: test_trees, test_evalb
     evaluations.write(run_dir, rec["run_id"], protocol, metrics, files, by_run)
     return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
-
-
-def _last_step(run_dir: Path) -> tuple[int, ...] | None:
-    """last.ckpt's step: the finished run's step count (evaluate reads only finished runs' last.ckpt)."""
-    steps = store.read_record(run_dir / store.RECORD_NAME).get("steps")
-    return None if steps is None else (int(steps),)
 
 
 def _checkpoints(run_dir: Path, average: int, until_step: int | None) -> list[Path]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ablate import paper
-from ablate.records.evaluations import Protocol, newest
+from ablate.records.evaluations import Protocol
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, fnum
@@ -95,9 +95,8 @@ def _groups(coll: Collection) -> dict[tuple[str, str, str, str], list[Figures]]:
 def _figures(r: Run, average: int | None) -> list[Figures]:
     tests = [
         Figures(r, e.metrics, p)
-        for p, e in newest(r.evaluations).items()
-        if p.split == "test" and p.until_step is None and e.metrics.get("test_f1") is not None
-        and (average is None or p.average == average)
+        for p, e in r.evaluated_on("test").items()
+        if e.metrics.get("test_f1") is not None and (average is None or p.average == average)
     ]  # fmt: skip
     if tests or r.metrics.get("test_f1") is not None:
         return tests or [Figures(r, r.metrics)]

@@ -7,7 +7,6 @@ from typing import Any
 
 from ablate import paper
 from ablate.config.rows import row_order
-from ablate.records.evaluations import newest
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, fnum, fsi
@@ -101,10 +100,7 @@ def _groups(coll: Collection) -> dict[tuple[str, str, int], list[tuple[Run, dict
         for r in (r for r in by.values() if r.status == "finished"):
             own = r.rec.get("metrics") or {}
             figures = [(int((r.cfg("train") or {}).get("average_last", 0) or 0), own)]
-            figures += [
-                (p.average, e.metrics) for p, e in newest(r.evaluations).items()
-                if p.split == "test" and p.until_step is None
-            ]  # fmt: skip
+            figures += [(p.average, e.metrics) for p, e in r.evaluated_on("test").items()]
             for avg, m in figures:
                 if m.get("test_bleu") is not None and coll.average in (None, avg):
                     groups.setdefault((row, _pair(r), avg), []).append((r, m))
