@@ -2,6 +2,7 @@
 (ablate.training.evaluation).
 
     python -m ablate.evaluate RUN_DIR [--average 5] [--split test] [--src F --ref F] [--until-step S]
+    python -m ablate.evaluate RUN_DIR --ensemble RUN_DIR2 RUN_DIR3 [...]   # the runs searched as one model
 """
 
 from __future__ import annotations
@@ -30,6 +31,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--src", help="a source file to translate instead of the split")
     ap.add_argument("--ref", help="its reference translations")
     ap.add_argument("--threads", type=int, help="torch threads (default: the run's trainer.threads)")
+    ap.add_argument(
+        "--ensemble",
+        nargs="+",
+        default=[],
+        metavar="RUN_DIR",
+        help="other runs searched with it as one model",
+    )
     args = ap.parse_args(argv)
     try:
         _check_args(args)
@@ -37,7 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads is None:
             _note_busy_cores(threads)
         torch.set_num_threads(threads)
-        m = evaluate_run(args.run_dir, args.average, args.split, args.src, args.ref, args.until_step)
+        m = evaluate_run(
+            args.run_dir, args.average, args.split, args.src, args.ref, args.until_step, False, args.ensemble
+        )
     except KeyboardInterrupt:  # evaluations.json is written whole at the end, or not at all
         print("[ablate] stopped: interrupted by Ctrl-C; the run's files are as they were", file=sys.stderr)
         return 130
@@ -67,9 +77,15 @@ def _check_args(args) -> None:
         raise ValueError(f"--threads {args.threads}: at least 1")
     if args.average < 0:
         raise ValueError(f"--average {args.average}: a number of checkpoints, 0 (last.ckpt) or more")
-    _check_finished(Path(args.run_dir), args.until_step)
+    for run_dir in (Path(args.run_dir), *map(Path, args.ensemble)):
+        _check_finished(run_dir, args.until_step)
+        _check_average(run_dir, args)
+    if len({Path(d).resolve() for d in (args.run_dir, *args.ensemble)}) <= len(args.ensemble):
+        raise ValueError("--ensemble: a run given twice; an ensemble is of different runs")
+
+
+def _check_average(run_dir: Path, args) -> None:
     if args.average:
-        run_dir = Path(args.run_dir)
         last = args.until_step if args.until_step is not None else float("inf")
         have = [p for p in step_checkpoints(run_dir / "checkpoints") if step_of(p) <= last]
         if args.average > len(have):

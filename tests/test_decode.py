@@ -3,7 +3,14 @@ import math
 import pytest
 import torch
 
-from ablate.nn.decode import CachedStepper, UncachedStepper, beam_search, greedy_search, length_penalty
+from ablate.nn.decode import (
+    CachedStepper,
+    EnsembleStepper,
+    UncachedStepper,
+    beam_search,
+    greedy_search,
+    length_penalty,
+)
 from ablate.nn.model import Transformer, TransformerConfig
 
 BOS, EOS = 2, 3
@@ -185,3 +192,60 @@ def test_best_continuations_equal_the_full_log_softmax_ranking():
     assert int(finite.sum()) == K and bool((tok[1][finite] == EOS).all())
     expect = (alive[1] + full.view(B, K, V)[1, :, EOS]).sort(descending=True).values
     assert torch.allclose(ours[1][finite], expect, atol=1e-12)
+
+
+# A second hand-built model over the same prefixes; an ensemble of TABLE and OTHER searches their mean
+# conditional probabilities, prefix by prefix: MEAN, averaged by hand.
+OTHER = {
+    (): {4: 0.2, 5: 0.7, 7: 0.1},
+    (4,): {EOS: 0.2, 6: 0.8},
+    (4, 6): {EOS: 0.9, 7: 0.1},
+    (4, 6, 7): {EOS: 1.0},
+    (5,): {6: 0.4, EOS: 0.6},
+    (5, 6): {EOS: 0.5, 7: 0.5},
+    (5, 6, 7): {EOS: 1.0},
+    (7,): {EOS: 1.0},
+}
+MEAN = {
+    (): {4: 0.35, 5: 0.55, 7: 0.1},
+    (4,): {EOS: 0.4, 6: 0.6},
+    (4, 6): {EOS: 0.6, 7: 0.4},
+    (4, 6, 7): {EOS: 1.0},
+    (5,): {6: 0.6, EOS: 0.4},
+    (5, 6): {EOS: 0.675, 7: 0.325},
+    (5, 6, 7): {EOS: 1.0},
+    (7,): {EOS: 1.0},
+}
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.6, 2.0])
+def test_an_ensemble_searches_the_mean_of_its_models_probabilities(alpha):
+    """The ensemble of two hand-built models finds what one model with their averaged table finds, with the
+    same scores; its first step's log-probabilities are the logs of the hand-averaged ones."""
+    src, lens = torch.zeros(1, 3, dtype=torch.long), torch.tensor([3])
+    ens = EnsembleStepper([TableStepper(TABLE), TableStepper(OTHER)])
+    first = ens.step(torch.tensor([BOS]), ens.start(src, 10))[0]
+    assert first[[4, 5, 7]].exp().tolist() == pytest.approx([0.35, 0.55, 0.1])
+    a = beam_search(ens, src, lens, BOS, EOS, beam=2, alpha=alpha, max_len_b=10)
+    b = beam_search(TableStepper(MEAN), src, lens, BOS, EOS, beam=2, alpha=alpha, max_len_b=10)
+    assert a.tokens == b.tokens
+    assert torch.allclose(a.scores, b.scores, atol=1e-6)
+    # the mean differs from either model: 5 6 EOS (0.55 * 0.6 * 0.675 = 0.223) beats 4 EOS (0.35 * 0.4)
+    assert beam_search(ens, src, lens, BOS, EOS, beam=2, alpha=0.0, max_len_b=10).tokens == [[5, 6]]
+    assert run(alpha=0.0).tokens == [[4]]
+
+
+def test_an_ensemble_of_models_decodes_alike_cached_and_uncached_and_of_one_as_the_model():
+    m1, m2 = model64(seed=0), model64(seed=2)
+    src = torch.tensor([[5, 6, 7, 8, 3, 0], [9, 10, 11, 12, 13, 3]])
+    lens = torch.tensor([4, 5])
+
+    def beams(stepper):
+        return beam_search(stepper, src, lens, BOS, EOS, beam=4, alpha=0.6, max_len_b=6)
+
+    a = beams(EnsembleStepper([CachedStepper(m1), CachedStepper(m2)]))
+    b = beams(EnsembleStepper([UncachedStepper(m1), UncachedStepper(m2)]))
+    assert a.tokens == b.tokens and torch.allclose(a.scores, b.scores, rtol=0, atol=1e-12)
+    one, alone = beams(EnsembleStepper([CachedStepper(m1)])), beams(CachedStepper(m1))
+    assert one.tokens == alone.tokens and torch.allclose(one.scores, alone.scores, rtol=0, atol=1e-12)
+    assert a.tokens != alone.tokens or not torch.allclose(a.scores, alone.scores)  # m2 counts

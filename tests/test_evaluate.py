@@ -106,6 +106,35 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
         err = capsys.readouterr().err
         assert err.strip().endswith(message) and len(err.strip().splitlines()) == 1, (argv, err)
     assert (run_dir / "record.json").read_bytes() == written
+    # An ensemble: a second seed searched with the first as one model, kept with the first under a protocol
+    # that names it; the same run twice, or a run whose data differ, is refused in one line.
+    for extra in (["seed=2"], ["seed=3", "data.vocab_size=200"]):
+        p = subprocess.run(
+            [sys.executable, "-m", "ablate.run", *args, *extra], cwd=ROOT, capture_output=True, text=True
+        )
+        assert p.returncode == 0, p.stderr[-2000:]
+    second = next(Path(tmp_path, "r").rglob("*-s2/record.json")).parent
+    third = next(Path(tmp_path, "r").rglob("*-s3/record.json")).parent
+    assert main([str(run_dir), "--average", "2", "--threads", "1", "--ensemble", str(second)]) == 0
+    capsys.readouterr()
+    ens = evaluations.read(run_dir, rec["run_id"])[-1]
+    assert ens.protocol == Protocol("test", 2, None, None, (second.name,))
+    assert ens.protocol.tag.startswith("test.avg2.ens2-") and ens.protocol != Protocol("test", 2)
+    assert (
+        ens.files["test_hyp"] == f"{ens.protocol.tag}.hyp.txt" and (run_dir / ens.files["test_hyp"]).is_file()
+    )
+    assert f"an ensemble with {second.name}" in ens.protocol.describe()
+    for argv, message in [
+        (
+            ["--ensemble", str(run_dir)],
+            "error: --ensemble: a run given twice; an ensemble is of different runs",
+        ),
+        (["--ensemble", str(third)], f"error: {third}: its data config differs from the run's"),
+    ]:
+        assert main([str(run_dir), "--threads", "1", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert message in err and len(err.splitlines()) == 1, (argv, err)
+    assert len(evaluations.read(run_dir, rec["run_id"])) == 3  # nothing written by a refusal
 
 
 def test_evaluate_decodes_with_the_runs_threads(tmp_path, monkeypatch):

@@ -262,3 +262,75 @@ def test_the_paired_bootstrap_of_two_parsers_equals_a_hand_computation(tmp_path)
     lo, hi = np.percentile(d, [2.5, 97.5])
     p = np.mean([abs(x - diff) >= abs(diff) for x in d])
     assert paired_f1_difference(a, b, 0.95, 200, 0) == pytest.approx((diff, lo, hi, p))
+
+
+def test_the_paired_bootstrap_of_several_seeds_is_of_their_mean_on_the_same_sentences():
+    """Two seeds C and D of one recipe against A (counts per sentence by hand, as above): the difference is
+    mean(F1(C), F1(D)) - F1(A), and each resample recomputes both seeds' F1 on the same drawn sentences,
+    the seeds held fixed; recomputed by a plain loop over the same draws (seed 0). One seed given as a
+    list or alone gives the same figures."""
+    import numpy as np
+
+    from ablate.tasks.parsing.interval import paired_counts_difference
+
+    ca, cc = [(4, 4, 4), (1, 3, 1), (1, 3, 2)], [(2, 4, 2), (1, 3, 1), (3, 3, 3)]
+    cd = [(3, 4, 3), (2, 3, 2), (1, 3, 1)]
+
+    def counts(rows):
+        return {"matched": [r[0] for r in rows], "gold": [r[1] for r in rows],
+                "test": [r[2] for r in rows], "valid": [True] * len(rows)}  # fmt: skip
+
+    def f1(rows):
+        m, g, t = (sum(r[i] for r in rows) for i in range(3))
+        return 200.0 * m / (g + t)
+
+    # C: 2*6/(10+6) = 75.00; D: 2*6/(10+6) = 75.00; A: 2*6/(10+7) = 70.59
+    diff = (f1(cc) + f1(cd)) / 2 - f1(ca)
+    assert diff == pytest.approx(75.0 - 1200 / 17)
+    draws = np.random.default_rng(0).integers(0, 3, size=(300, 3))
+    d = [
+        (f1([cc[i] for i in row]) + f1([cd[i] for i in row])) / 2 - f1([ca[i] for i in row]) for row in draws
+    ]
+    lo, hi = np.percentile(d, [2.5, 97.5])
+    p = np.mean([abs(x - diff) >= abs(diff) for x in d])
+    got = paired_counts_difference(counts(ca), [counts(cc), counts(cd)], 0.95, 300, 0)
+    assert got == pytest.approx((diff, lo, hi, p))
+    one = paired_counts_difference(counts(ca), counts(cc), 0.95, 300, 0)
+    assert paired_counts_difference(counts(ca), [counts(cc)], 0.95, 300, 0) == one
+    assert one != got  # D's sentences move the interval: the seeds are not one parser counted twice
+    with pytest.raises(ValueError, match="paired: 2 and 3 sentences"):
+        paired_counts_difference(counts(ca), [counts(cc), counts(cd[:2])])
+
+
+def test_counts_written_beside_older_trees_equal_the_ones_a_baseline_writes(tmp_path, capsys):
+    """`paired --counts` scores a trees file as ablate.baseline scores its parses: the counts it writes
+    beside the trees of a right-branching baseline equal the ones the baseline wrote itself; the same
+    counts are kept, other counts are refused in one line and left as they were."""
+    import shutil
+    from pathlib import Path
+
+    from ablate import baseline
+    from ablate.data.treebank.wsj import TRAIN_SECTIONS
+    from ablate.tasks.parsing.paired import main as paired
+
+    tb = tmp_path / "tb"  # the fixture WSJ (02, 22, 23), 03-21 a copy of 02's first file
+    shutil.copytree(Path(__file__).parent / "fixtures" / "ptb" / "wsj", tb)
+    first = sorted((tb / "02").glob("*.mrg"))[0]
+    for sec in TRAIN_SECTIONS[1:]:
+        (tb / sec).mkdir()
+        shutil.copy(first, tb / sec / f"wsj_{sec}00.mrg")
+    assert baseline.main(["right", "--treebank", str(tb), "--results", str(tmp_path / "res")]) == 0
+    (folder,) = {p.parent for p in (tmp_path / "res").glob("right_branching/*/record.json")}
+    written = (folder / "test.evalb.json").read_text()
+    copy = tmp_path / "older"
+    copy.mkdir()
+    (copy / "test.trees.txt").write_text((folder / "test.trees.txt").read_text())
+    args = ["--treebank", str(tb), "--split", "test", "--counts", str(copy / "test.trees.txt")]
+    assert paired(args) == 0
+    assert (copy / "test.evalb.json").read_text() == written
+    assert paired(args) == 0  # the same counts: kept
+    (copy / "test.evalb.json").write_text('{"matched": [0]}\n')
+    capsys.readouterr()
+    assert paired(args) == 2
+    assert capsys.readouterr().err.startswith(f"error: {copy / 'test.evalb.json'}: holds other counts")
+    assert (copy / "test.evalb.json").read_text() == '{"matched": [0]}\n'

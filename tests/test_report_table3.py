@@ -14,6 +14,7 @@ import pytest
 
 from ablate.records import staleness
 from ablate.records.folder import run_lock
+from ablate.report import stats
 from ablate.report.__main__ import main
 from ablate.report.stats import corpus_bleu
 
@@ -400,14 +401,14 @@ def test_tables_2_and_4(tmp_path, monkeypatch):
     assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
     t4 = Path("t4.md").read_text()
     assert (
-        "| ours: parse4 | WSJ only discriminative (data=builtin) |  | 91.00 | [88.50, 93.20] |  | 5/118 "
+        "| ours: parse4 | WSJ only discriminative (data=builtin) |  | 91.00 | [88.50, 93.20] |  |  | 5/118 "
         "| 9.15 |" in t4
     )  # the paper's column left empty: its WSJ 23 is not our test split, and no difference is computed
     assert "| Transformer (4 layers) | WSJ only discriminative | 91.3 |  |" in t4 and "Δ paper" not in t4
     assert "our test split: the test section (23) of the treebank at data.name=builtin, 118 sentences" in t4
     assert "EVALB errors 2, over 200 brackets 0" in t4
     assert (
-        "| ours: parse5 | WSJ only discriminative (data=builtin) |  | 89.50 (dev) |  |  | 3/127 | 9.95 |"
+        "| ours: parse5 | WSJ only discriminative (data=builtin) |  | 89.50 (dev) |  |  |  | 3/127 | 9.95 |"
         in t4
     )
     # the runs it chose, named, with what decides their F1 beyond the row
@@ -668,3 +669,82 @@ def test_an_older_merged_evaluations_file_is_read_as_it_is(tmp_path):
     path.write_text(json.dumps({**merged, "schema_version": 2}))
     with pytest.raises(RecordError, match=r"evaluations.json: not an evaluation of a run \(.*schema"):
         evaluations.read(tmp_path, "r1")
+
+
+def test_table4_puts_a_recipes_seeds_in_one_row_with_their_t_interval_and_paired_differences(
+    tmp_path, monkeypatch
+):
+    """Three seeds of one recipe are one row of Table 4: their mean ± sd, Student's t over the seeds, and
+    the paired differences to the PCFG (the committed PCFG record and the counts beside its trees) from
+    every seed's counts, on the test split and on dev; a second recipe of the same model row is named by
+    its experiment."""
+    import shutil
+
+    from ablate.tasks.parsing.interval import paired_counts_difference
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(staleness, "code_hash", lambda task: TODAY)
+    res = tmp_path / "results"
+    committed = Path(__file__).resolve().parents[1] / "reports/table4_ptb_sample/runs/pcfg"
+    shutil.copytree(committed, res / "pcfg")
+    (pcfg_dir,) = (res / "pcfg").iterdir()
+    pcfg = {s: json.loads((pcfg_dir / f"{s}.evalb.json").read_text()) for s in ("test", "dev")}
+
+    def worse(counts: dict, by: int) -> dict:  # every by-th sentence loses a matched bracket
+        matched = [m - (i % by == 0 and m > 0) for i, m in enumerate(counts["matched"])]
+        return dict(counts, matched=matched)
+
+    def f1(c: dict) -> float:
+        return 200 * sum(c["matched"]) / (sum(c["gold"]) + sum(c["test"]))
+
+    mine: dict[str, list[dict]] = {"test": [], "dev": []}
+    for seed, by in ((1, 2), (2, 3), (3, 5)):
+        folder = _write_run(res, "parse", seed, task="parsing", scale="paper")
+        rec = json.loads((folder / "record.json").read_text())
+        rec["sweep"] = "wsj_steps train.max_steps=9"
+        for split in ("test", "dev"):
+            counts = worse(pcfg[split], by)
+            mine[split].append(counts)
+            (folder / f"{split}.evalb.json").write_text(json.dumps(counts))
+            rec["files"][f"{split}_hyp"] = f"{split}.hyp.txt"  # the counts are found beside it
+        rec["metrics"] |= {"f1": f1(mine["dev"][-1]), "test_f1": f1(mine["test"][-1]), "test_n": 118}
+        (folder / "record.json").write_text(json.dumps(rec))
+    other = _write_run(tmp_path / "o", "parse", 1, task="parsing", scale="paper", extra_metrics={"f1": 50.0})
+    rec = json.loads((other / "record.json").read_text())
+    rec["sweep"], rec["run_id"] = "wsj_time train.budget_minutes=9", "parse-0123456789ab-s1"
+    (other / "record.json").write_text(json.dumps(rec))
+    other.rename(res / "parse" / rec["run_id"])
+
+    assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
+    t4 = Path("t4.md").read_text()
+    row = next(line for line in t4.splitlines() if line.startswith("| ours: wsj_steps |"))
+    values = [f1(c) for c in mine["test"]]
+    mean, sd, _ = stats.mean_sd(values)
+    lo, hi = stats.t_interval(values)
+    assert f"| {mean:.2f} ± {sd:.2f} | [{lo:.2f}, {hi:.2f}] t, 3 seeds |" in row
+    for split in ("test", "dev"):
+        d, dlo, dhi, p = paired_counts_difference(pcfg[split], mine[split])
+        assert d == pytest.approx(np.mean([f1(c) for c in mine[split]]) - f1(pcfg[split]))
+        assert f"| {d:+.2f} [{dlo:+.2f}, {dhi:+.2f}], p {p:.3f} |" in row
+    assert "3 seeds" in row
+    assert "| ours: wsj_time | WSJ only discriminative (data=builtin) |  | 50.00 (dev) |" in t4
+    # the three searched as one (ablate.evaluate --ensemble): a row of its own, trained as long as all three
+    from ablate.records import evaluations
+    from ablate.records.evaluations import Protocol
+
+    firsts = sorted(res.glob("parse/parse-*-s1"))
+    first, ids = firsts[-1], [p.name for p in sorted(res.glob("parse/parse-*-s[23]"))]
+    assert first.name.endswith("s1") and "0123456789ab" not in first.name
+    best = {s: dict(pcfg[s], matched=[m + 1 for m in pcfg[s]["matched"]]) for s in ("test", "dev")}
+    for split in ("test", "dev"):
+        (first / f"{split}.ens.evalb.json").write_text(json.dumps(best[split]))
+        metrics = {f"{split}_f1": f1(best[split]), f"{split}_n": len(best[split]["matched"])}
+        files = {f"{split}_hyp": f"{split}.ens.hyp.txt"}
+        evaluations.write(first, first.name, Protocol(split, 0, None, None, tuple(ids)), metrics, files)
+    assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
+    t4 = Path("t4.md").read_text()
+    row = next(line for line in t4.splitlines() if line.startswith("| ours: wsj_steps, an ensemble of 3 |"))
+    d, dlo, dhi, p = paired_counts_difference(pcfg["test"], best["test"])
+    assert f"| {f1(best['test']):.2f} |" in row and f"| {d:+.2f} [{dlo:+.2f}, {dhi:+.2f}], p {p:.3f} |" in row
+    assert "| 7.5 min | 3 runs searched as one" in row  # 3 x 150 s
+    assert f"an ensemble with {', '.join(ids)}" in t4

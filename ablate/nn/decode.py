@@ -2,12 +2,14 @@
 
 The search talks to a `Stepper`: `start` encodes a batch, `step` returns next-token logits for one token per
 row, `reorder` keeps the rows the search chose. `CachedStepper` uses the model's KV cache; `UncachedStepper`
-re-runs the decoder over the whole prefix each step and is the reference the cached path must match. Tests
+re-runs the decoder over the whole prefix each step and is the reference the cached path must match;
+`EnsembleStepper` searches several models as one. Tests
 plug in a hand-built probability table. Only torch is imported here.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -39,6 +41,31 @@ class CachedStepper:
     def reorder(self, state: KVCache, index: Tensor, same_source: bool = False) -> KVCache:
         state.reorder(index, same_source)
         return state
+
+
+class EnsembleStepper:
+    """Several models with one vocabulary searched as one: the next-token distribution is the mean of the
+    models' probabilities, log(1/n sum_i softmax(logits_i)), as Vinyals et al. (2015) ensemble parsers and
+    fairseq's EnsembleModel averages them. Each member keeps its own state (its KV cache)."""
+
+    def __init__(self, steppers: list[Stepper]):
+        self.steppers = list(steppers)
+
+    def start(self, src: Tensor, max_len: int, beams: int = 1) -> list[object]:
+        return [s.start(src, max_len, beams) for s in self.steppers]
+
+    def step(self, tokens: Tensor, state: list[object]) -> Tensor:
+        pairs = zip(self.steppers, state, strict=True)
+        logp = torch.stack([_wide(s.step(tokens, st)).log_softmax(-1) for s, st in pairs])  # (n, R, V)
+        return torch.logsumexp(logp, dim=0) - math.log(len(self.steppers))  # (R, V) log-probabilities
+
+    def reorder(self, state: list[object], index: Tensor, same_source: bool = False) -> list[object]:
+        return [s.reorder(st, index, same_source) for s, st in zip(self.steppers, state, strict=True)]
+
+
+def _wide(logits: Tensor) -> Tensor:
+    """float16 and bfloat16 to float32 before a softmax; float32 and float64 as they are."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
 
 
 @dataclass

@@ -3,7 +3,8 @@ over it (as MLflow and W&B keep every logged value, and fairseq-generate writes 
 output, not into the checkpoint).
 
 A protocol is what decides an evaluation's figures beyond the run: the split, the checkpoints averaged
-(0: last.ckpt), the step it stopped at (--until-step), and the steps of the checkpoints it read. Each
+(0: last.ckpt), the step it stopped at (--until-step), the steps of the checkpoints it read, and the
+other runs it was searched with as an ensemble (--ensemble). Each
 evaluation is one file, `evaluations/<tag>.json`, written whole by the command that made it; another
 evaluation under the same protocol takes the next free name (`<tag>-2.json`), and readers show the newest
 of each protocol. A run folder's `evaluations.json` (one mapping for every split, written by earlier
@@ -13,6 +14,7 @@ names), and nothing rewrites it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -34,13 +36,21 @@ class Protocol:
     average: int  # checkpoints averaged: 0 reads last.ckpt
     until_step: int | None = None  # only checkpoints up to this step (a point of a curve)
     steps: tuple[int, ...] | None = field(default=None, compare=False)  # None: the file did not say
+    # the other runs searched with this one as an ensemble (their run ids), each under the same averaging
+    members: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
-        """The name its files share: `test`, `test.avg5`, `test.step400.avg1`."""
+        """The name its files share: `test`, `test.avg5`, `test.step400.avg1`; an ensemble's adds the count
+        of its models and a digest of its members' ids (`test.avg5.ens3-1a2b3c4d`)."""
         if self.until_step is not None:
-            return f"{self.split}.step{self.until_step}.avg{self.average}"
-        return f"{self.split}.avg{self.average}" if self.average else self.split
+            tag = f"{self.split}.step{self.until_step}.avg{self.average}"
+        else:
+            tag = f"{self.split}.avg{self.average}" if self.average else self.split
+        if self.members:
+            digest = hashlib.sha256(",".join(self.members).encode()).hexdigest()[:8]
+            tag += f".ens{len(self.members) + 1}-{digest}"
+        return tag
 
     def describe(self) -> str:
         """One phrase a table's note can carry: what the figure is of."""
@@ -50,11 +60,14 @@ class Protocol:
         if self.steps:
             first, last = self.steps[0], self.steps[-1]
             what += f" (step {last:,})" if first == last else f" (steps {first:,}-{last:,})"
+        if self.members:
+            what += f", an ensemble with {', '.join(self.members)} (each its own {what.split(' (')[0]})"
         return f"{self.split} split, {what}"
 
     def to_json(self) -> dict[str, Any]:
         return {"split": self.split, "average": self.average, "until_step": self.until_step,
-                "steps": None if self.steps is None else list(self.steps)}  # fmt: skip
+                "steps": None if self.steps is None else list(self.steps),
+                **({"members": list(self.members)} if self.members else {})}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -132,6 +145,7 @@ def _read_one(path: Path, run_id: str) -> Evaluation:
             int(p["average"]),
             None if p.get("until_step") is None else int(p["until_step"]),
             None if p.get("steps") is None else tuple(int(s) for s in p["steps"]),
+            tuple(str(m) for m in p.get("members") or ()),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise RecordError(f"{path}: not an evaluation (its protocol: {e.__class__.__name__}: {e})") from None

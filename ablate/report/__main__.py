@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         coll.results_dir = Path(default_results())
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(_selection_line(coll), file=sys.stderr)
+    print(_selection_line(coll, cells=table_fn is None), file=sys.stderr)
     from ablate.report.decide import LooksError
 
     try:
@@ -246,13 +246,15 @@ def _row_key(row: str):
     return row_order(row)
 
 
-def _selection_line(coll) -> str:
-    """What the report read, on the terminal: the records, the preset and why, what it left out."""
-    n = sum(len(by) for by in coll.runs.values())
-    line = f"[report] {coll.read} record(s) under {coll.results_dir}: {n} cell(s) of preset {coll.scale}"
+def _selection_line(coll, cells: bool = True) -> str:
+    """What the report read, on the terminal: the records, the preset and why, what it left out. A task's
+    table (`cells` false) reads every record of the preset (Collection.every), duplicates of a cell too."""
+    n = sum(len(by) for by in coll.runs.values()) if cells else len(coll.every)
+    what = "cell(s)" if cells else "record(s)"
+    line = f"[report] {coll.read} record(s) under {coll.results_dir}: {n} {what} of preset {coll.scale}"
     line += f" ({coll.chosen_because})" if coll.chosen_because else ""
-    if coll.excluded:
-        line += "; left out: " + "; ".join(coll.excluded)
+    if left_out := coll.left_out(cells):
+        line += "; left out: " + "; ".join(left_out)
     return line
 
 

@@ -253,13 +253,22 @@ class Collection:
     scale: str | None  # the preset (Run.preset) of the chosen runs
     base_effective: dict[str, Any] | None
     scale_cfg: dict[str, Any] | None
-    excluded: list[str]  # one line per group of records left out (other preset, other task, duplicates)
+    excluded: list[str]  # one line per group of records left out (other preset, other task)
     results_dir: Path
     read: int = 0  # records read (readable ones)
     chosen_because: str = ""  # why this preset: given, or the newest sweep's
     average: int | None = None  # dev figures of evaluations that averaged this many checkpoints
     # finished records of baselines of this task (`python -m ablate.baseline`): no preset, no seed
     baselines: list[Run] = field(default_factory=list)
+    # every record of the task and preset, before one is chosen per (row, seed): a table whose rows are
+    # recipes (Table 4: experiments of one model row) groups these itself
+    every: list[Run] = field(default_factory=list)
+    duplicates: int = 0  # records of `every` not chosen for their (row, seed) cell
+
+    def left_out(self, cells: bool = True) -> list[str]:
+        """What a table leaves out, a line a group: a table of cells also every duplicate of a cell."""
+        dup = [f"{self.duplicates} older or unfinished duplicate record(s) of a (row, seed) cell"]
+        return self.excluded + (dup if cells and self.duplicates else [])
 
     def seeds(self) -> list[int]:
         return sorted({s for by_seed in self.runs.values() for s in by_seed})
@@ -384,8 +393,9 @@ def _ambiguous(runs: list[Run], why: str) -> None:
     )
 
 
-def _one_per_cell(runs: list[Run], rows: RowConfigs, excluded: list[str]) -> dict[str, dict[int, Run]]:
-    """One record per (row, seed): finished before running before failed, then the newest."""
+def _one_per_cell(runs: list[Run], rows: RowConfigs) -> tuple[dict[str, dict[int, Run]], int]:
+    """One record per (row, seed): finished before running before failed, then the newest; and how many
+    were not chosen."""
     chosen: dict[str, dict[int, Run]] = {}
     dup = 0
     for r in sorted(runs, key=lambda r: (_STATUS_RANK[r.status], _neg_time(r))):
@@ -395,9 +405,7 @@ def _one_per_cell(runs: list[Run], rows: RowConfigs, excluded: list[str]) -> dic
             continue
         r.stale = stale_reasons(r, rows)
         by_seed[r.seed] = r
-    if dup:
-        excluded.append(f"{dup} older or unfinished duplicate record(s) of a (row, seed) cell")
-    return chosen
+    return chosen, dup
 
 
 def collect(
@@ -426,7 +434,7 @@ def collect(
     baselines = [r for r in every if r.rec.get("group") == BASELINE and r.rec.get("task") == task]
     every = [r for r in every if r.rec.get("group") != BASELINE]
     runs, preset, why = _select(every, task, preset, sweep, excluded)
-    chosen = _one_per_cell(runs, rows, excluded)
+    chosen, duplicates = _one_per_cell(runs, rows)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get("base", {}).values()), None)
     tmpl = base or next((r for by in chosen.values() for r in by.values()), None)
@@ -438,9 +446,11 @@ def collect(
         base_effective=(base.rec.get("model_effective") if base else None),
         scale_cfg=(tmpl.cfg("scale") if tmpl else None),
         excluded=excluded,
+        duplicates=duplicates,
         results_dir=results_dir,
         read=len(records),
         chosen_because=why,
         average=average,
         baselines=[r for r in baselines if r.status == "finished"],
+        every=runs,
     )

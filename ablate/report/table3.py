@@ -572,7 +572,7 @@ def _reading(an: Analysis) -> list[str]:
 def _problems(an: Analysis) -> list[str]:
     coll = an.coll
     out = [f"- stale (†): {rr.row} seed {s}: {'; '.join(why)}" for rr in an.rows for s, why in rr.stale]
-    out += [f"- excluded: {e}" for e in coll.excluded] + [f"- warning: {w}" for w in coll.warnings]
+    out += [f"- excluded: {e}" for e in coll.left_out()] + [f"- warning: {w}" for w in coll.warnings]
     return ["## Stale, excluded and unreadable records", ""] + out + [""] if out else []
 
 
@@ -672,6 +672,6 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             "disagreement_evidence": disagreement_evidence(an),
             "claims": claims_data(an),
             "warnings": coll.warnings,
-            "excluded": coll.excluded,
+            "excluded": coll.left_out(),
         }
     )

@@ -54,18 +54,20 @@ def evaluate_run(
     ref: str | None = None,
     until_step: int | None = None,
     by_run: bool = False,
+    ensemble: tuple[str | Path, ...] = (),
 ) -> dict:
     """Decode `split` with the last checkpoint, or the mean of the last `average` step checkpoints, and
     score it by the task's split_metrics (translation: sacreBLEU and tokenized BLEU; parsing: EVALB too).
-    With `until_step`, only checkpoints up to that step count (a point of a curve). Every evaluation is
-    kept under its protocol, the run's record left as it is; `by_run`: the training run's own
-    (train.average_last)."""
+    With `until_step`, only checkpoints up to that step count (a point of a curve); with `ensemble`, the
+    runs in those folders (each its checkpoints chosen alike) are searched with this one as one model
+    (decode.EnsembleStepper), the evaluation kept with this run. Every evaluation is kept under its
+    protocol, the run's record left as it is; `by_run`: the training run's own (train.average_last)."""
     run_dir = Path(run_dir)
     with doing(f"evaluating the run in {run_dir}"):
-        return _evaluate(run_dir, average, split, src, ref, until_step, by_run)
+        return _evaluate(run_dir, average, split, src, ref, until_step, by_run, tuple(map(Path, ensemble)))
 
 
-def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> dict:
+def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensemble=()) -> dict:
     import sentencepiece as spm
 
     from ablate.data.datamodule import Seq2SeqData, prepare_corpus
@@ -77,13 +79,19 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> di
     prepared = prepare_corpus(cfg.data)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
     ckpts = _checkpoints(run_dir, average, until_step)
-    module = Seq2SeqModule(cfg, effective_model(cfg, prepared.meta["vocab_size"]), 1, 1)
-    module.load_state_dict(average_checkpoints(ckpts))
-    module.eval()
+
+    def load(cfg: RunConfig, ckpts: list[Path]):
+        module = Seq2SeqModule(cfg, effective_model(cfg, prepared.meta["vocab_size"]), 1, 1)
+        module.load_state_dict(average_checkpoints(ckpts))
+        return module.eval()
+
+    module = load(cfg, ckpts)
+    members = [_member(cfg, other, average, until_step) for other in ensemble]
+    others = tuple(load(c, _checkpoints(d, average, until_step)) for d, _, c in members)
     dm = Seq2SeqData(cfg.data, prepared, cfg.train.max_tokens, 1, cfg.seed)
     dm.setup()
     split, refs = _split(dm, sp, run_dir, split, src, ref)
-    out = _decode(module, dm, sp, split, len(refs))
+    out = _decode(module, dm, sp, split, len(refs), others)
     protocol = Protocol(
         split,
         len(ckpts) if average or until_step is not None else 0,
@@ -91,6 +99,7 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> di
         tuple(step_of(p) for p in ckpts)
         if average or until_step is not None
         else (None if rec.get("steps") is None else (int(rec["steps"]),)),  # last.ckpt: the finished run's
+        tuple(run_id for _, run_id, _ in members),
     )
     folder.atomic_write_text(run_dir / f"{protocol.tag}.hyp.txt", "\n".join(out) + "\n")
     figures, files = task.split_metrics(cfg, prepared, dm, split, out, refs)
@@ -102,6 +111,25 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run) -> di
     }  # the task's files beside the hypotheses: test_trees, test_evalb
     evaluations.write(run_dir, rec["run_id"], protocol, metrics, files, by_run)
     return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
+
+
+def _member(cfg: RunConfig, other: Path, average: int, until_step: int | None) -> tuple[Path, str, RunConfig]:
+    """Another run of an ensemble: (its folder, its id, its config), refused in one line unless it is
+    finished and reads and writes the same text (task, data and the search: one vocabulary, one split)."""
+    rec = store.read_record(other / store.RECORD_NAME)
+    if rec["status"] != "finished" and until_step is None:
+        raise ValueError(
+            f"{other}: the run is {rec['status']}, not finished: an ensemble takes finished runs"
+        )
+    theirs = to_dataclass(OmegaConf.create(rec["config"]))
+    for key in ("task", "data", "decode"):
+        if getattr(theirs, key) != getattr(cfg, key):
+            raise ValueError(
+                f"{other}: its {key} config differs from the run's: an ensemble searches one vocabulary and "
+                "one split, with one search"
+            )
+    _checkpoints(other, average, until_step)  # has what the run reads
+    return other, str(rec["run_id"]), theirs
 
 
 def _checkpoints(run_dir: Path, average: int, until_step: int | None) -> list[Path]:
@@ -144,10 +172,10 @@ def _fits_one_batch(path: str, ids: list[list[int]], max_tokens: int) -> None:
             )
 
 
-def _decode(module, dm, sp, split: str, n: int) -> list[str]:
+def _decode(module, dm, sp, split: str, n: int, others: tuple = ()) -> list[str]:
     hyps: dict[int, str] = {}
     with torch.no_grad():
         for b in dm.eval_batches(split):
-            for i, h in zip(b.index.tolist(), module.translate(b)):
+            for i, h in zip(b.index.tolist(), module.translate(b, others)):
                 hyps[i] = sp.decode(h)
     return [hyps[i] for i in range(n)]

@@ -21,7 +21,7 @@ import torch
 from ablate.config import RunConfig, row_arch
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
-from ablate.nn.decode import CachedStepper, beam_search, greedy_search
+from ablate.nn.decode import CachedStepper, EnsembleStepper, beam_search, greedy_search
 from ablate.nn.loss import LogitsBuffer, label_smoothed_loss
 from ablate.nn.model import Transformer, TransformerConfig
 from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
@@ -166,9 +166,13 @@ class Seq2SeqModule(pl.LightningModule):
             for i, hyp in zip(b.index.tolist(), self.translate(b)):
                 self.acc.hyps[i] = hyp
 
-    def translate(self, b: Batch) -> list[list[int]]:
+    def translate(self, b: Batch, others: tuple[Seq2SeqModule, ...] = ()) -> list[list[int]]:
+        """The search of decode.*; with `others`, over the ensemble of this model and theirs."""
         d = self.cfg.decode
-        stepper = task_of(self.cfg.task).stepper(self.cfg, CachedStepper(self.model))
+        inner = CachedStepper(self.model)
+        if others:
+            inner = EnsembleStepper([inner, *(CachedStepper(m.model) for m in others)])
+        stepper = task_of(self.cfg.task).stepper(self.cfg, inner)
         if d.method == "greedy":
             out = greedy_search(stepper, b.src, b.src_lengths, BOS, EOS, d.max_len_a, d.max_len_b)
         else:

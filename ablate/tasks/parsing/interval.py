@@ -69,22 +69,34 @@ def paired_f1_difference(
 
 
 def paired_counts_difference(
-    a: dict, b: dict, level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
+    a: dict, b: dict | list[dict], level: float = LEVEL, resamples: int = RESAMPLES, seed: int = SEED
 ) -> tuple[float, float, float, float]:
     """The paired bootstrap over sentences (Berg-Kirkpatrick et al. 2012; Dror et al. 2018) of corpus F1(b)
     - F1(a), two parsers' per-sentence bracket counts (matched, gold, test, valid) on the same gold trees:
     (difference, the `level` percentile interval, the two-sided p of the centred resamples,
     P(|d* - d| >= |d|)). The same resampled sentences for both; sentences valid in both count, as in EVALB's
-    F1."""
-    if len(a["matched"]) != len(b["matched"]):
-        n_a, n_b = len(a["matched"]), len(b["matched"])
-        raise ValueError(f"paired: {n_a} and {n_b} sentences; the same gold trees are scored twice")
-    keep = np.array(a["valid"], dtype=bool) & np.array(b["valid"], dtype=bool)
-    ca = [np.asarray(a[k], dtype=float)[keep] for k in ("matched", "gold", "test")]
-    cb = [np.asarray(b[k], dtype=float)[keep] for k in ("matched", "gold", "test")]
-    diff = float(corpus_f1(*cb) - corpus_f1(*ca))
+    F1. `b` may be several seeds of one recipe: the difference is then of their mean F1, each seed's F1
+    recomputed on the same resampled sentences; the seeds are not resampled (three seeds are too few for a
+    bootstrap to keep its coverage), so the interval holds the sentences' variance, not the seeds'."""
+    bs = b if isinstance(b, list) else [b]
+    n_a = len(a["matched"])
+    if any(len(x["matched"]) != n_a for x in bs):
+        sizes = sorted({n_a, *(len(x["matched"]) for x in bs)})
+        sizes = " and ".join(map(str, sizes))
+        raise ValueError(f"paired: {sizes} sentences; the same gold trees are scored twice")
+    keep = np.array(a["valid"], dtype=bool)
+    for x in bs:
+        keep &= np.array(x["valid"], dtype=bool)
+    ca = _counted(a, keep)
+    cbs = [_counted(x, keep) for x in bs]
+    diff = float(np.mean([corpus_f1(*cb) for cb in cbs]) - corpus_f1(*ca))
     idx = np.random.default_rng(seed).integers(0, int(keep.sum()), size=(resamples, int(keep.sum())))
-    d = corpus_f1(*(c[idx] for c in cb)) - corpus_f1(*(c[idx] for c in ca))  # (resamples,)
+    fb = np.mean([corpus_f1(*(c[idx] for c in cb)) for cb in cbs], axis=0)  # (resamples,)
+    d = fb - corpus_f1(*(c[idx] for c in ca))
     lo, hi = np.percentile(d, [50 * (1 - level), 50 * (1 + level)])
     p = float(np.mean(np.abs(d - diff) >= abs(diff)))
     return diff, float(lo), float(hi), p
+
+
+def _counted(x: dict, keep: np.ndarray) -> list[np.ndarray]:
+    return [np.asarray(x[k], dtype=float)[keep] for k in ("matched", "gold", "test")]

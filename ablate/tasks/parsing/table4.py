@@ -7,7 +7,7 @@ difference between them is computed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ablate import paper
@@ -26,21 +26,27 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         "paper: WSJ 23 F1",
         "ours: test split F1",
         "95% interval",
-        "Δ PCFG, paired [95%], p",
+        "Δ PCFG test, paired [95%], p",
+        "Δ PCFG dev, paired [95%], p",
         "repaired",
         "flat tree",
         "training time",
         "notes",
     ]
     body: list[list[Any]] = [
-        [r["parser"], r["training"], f"{r['f1']:.1f}"] + [""] * 7 for r in paper.table4()
+        [r["parser"], r["training"], f"{r['f1']:.1f}"] + [""] * 8 for r in paper.table4()
     ]
     groups = _groups(coll)
     notes = _test_sets(coll) + _test_decodes(coll)
-    pcfg = _counts(next((r for r in coll.baselines if r.row == "pcfg"), None), None)
-    for (row, data, key, _), figures in sorted(groups.items()):
-        body.append(_row(row, data, key, figures, pcfg))
-        notes += [f"ours: {row} ({_split(key, f.protocol)}): {_what_ran(f.run)}" for f in figures]
+    pcfg_run = next((r for r in coll.baselines if r.row == "pcfg"), None)
+    pcfg = {split: _counts(pcfg_run, None, split) for split in ("test", "dev")}
+    for (recipe, data, key, _), figures in sorted(groups.items()):
+        name = _name(recipe, groups)
+        members = figures[0].protocol.members if figures[0].protocol else ()
+        name += f", an ensemble of {len(members) + 1}" if members else ""
+        times = [_train_time(f, coll) for f in figures]
+        body.append(_row(name, data, key, figures, pcfg, times))
+        notes += [f"ours: {name} ({_split(key, f.protocol)}): {_what_ran(f.run)}" for f in figures]
     for r in sorted(coll.baselines, key=lambda r: -float(r.metrics.get("test_f1") or 0)):
         body.append(_baseline_row(r, pcfg))
         notes.append(f"baseline: {r.row}: {r.rec['run_id']} (command: {r.rec.get('command', '?')})")
@@ -54,15 +60,19 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         "repaired: outputs the reader had to mend into a tree over the sentence (missing words hung on the "
         "root, brackets closed; none under a well-formed search, decode.well_formed, which writes only such "
         "trees); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split; 95% interval: "
-        "the percentile bootstrap over the split's sentences (one run; several seeds show mean ± sd)."
+        "the percentile bootstrap over the split's sentences for one run; for several seeds the F1 is "
+        "their mean ± sd and the interval Student's t over the seeds (their spread, the sentences fixed)."
     )
     notes.append(
-        "Δ PCFG: this row's test-split F1 less the treebank PCFG's, the paired bootstrap over the same "
-        "sentences from each one's per-sentence bracket counts (2,000 resamples, seed 0; a run or baseline "
-        "without its counts beside its trees, `<split>.evalb.json`, shows none)."
+        "Δ PCFG test / dev: the row's F1 on that split less the treebank PCFG's on the same sentences, the "
+        "paired bootstrap over sentences from each one's per-sentence bracket counts (2,000 resamples, seed "
+        "0); for several seeds, of their mean F1 with the seeds held fixed (the sentences' spread, not the "
+        "seeds'). The dev figure is of the same weights as the test one. Shown where the counts lie beside "
+        "the trees (`<split>.evalb.json`, written by ablate.evaluate and ablate.baseline, or for older trees "
+        "by `python -m ablate.tasks.parsing.paired --counts`)."
     )
     title = "Table 4: English constituency parsing (the paper's WSJ 23; ours on the test split named below)"
-    table = Table(cols, body, align="llrrllrrrl", title=title)
+    table = Table(cols, body, align="llrrlllrrrl", title=title)
     return table, notes
 
 
@@ -76,20 +86,34 @@ class Figures:
 
 
 def _groups(coll: Collection) -> dict[tuple[str, str, str, str], list[Figures]]:
-    """Finished parsing runs by (row, data set, the F1 they show, its protocol): each test evaluation
-    (`python -m ablate.evaluate RUN --split test`, the newest of each protocol) a group of its own; a run
-    with none shows its own dev F1 (under --average N, its dev evaluation of that protocol)."""
+    """Finished parsing runs by (recipe, data set, the F1 they show, its protocol), its seeds together. A
+    recipe is the run's sweep identity (record `sweep`: its experiment and the overrides that decide a
+    figure, seed and paths aside) on one treebank. Each test evaluation (`python -m ablate.evaluate RUN
+    --split test`, the newest of each protocol) is a group of its own; a run with none shows its own dev F1
+    (under --average N, its dev evaluation of that protocol)."""
     groups: dict[tuple[str, str, str, str], list[Figures]] = {}
-    for row, by in coll.runs.items():
-        for r in by.values():
-            if r.status != "finished":
-                continue
-            data = str((r.cfg("data") or {}).get("name", "?"))
-            for f in _figures(r, coll.average):
-                key = "test_f1" if f.metrics.get("test_f1") is not None else "f1"
-                tag = f.protocol.tag if f.protocol else ""
-                groups.setdefault((row, data, key, tag), []).append(f)
-    return groups
+    for r in coll.every:
+        if r.status != "finished":
+            continue
+        cfg_data = r.cfg("data") or {}
+        data = str(cfg_data.get("name", "?"))
+        recipe = (r.row, str(r.rec.get("sweep") or ""), str(cfg_data.get("treebank_dir") or ""))
+        for f in _figures(r, coll.average):
+            key = "test_f1" if f.metrics.get("test_f1") is not None else "f1"
+            tag = f.protocol.tag if f.protocol else ""
+            groups.setdefault((recipe, data, key, tag), []).append(f)
+    return {k: sorted(v, key=lambda f: f.run.seed) for k, v in groups.items()}
+
+
+def _name(recipe: tuple[str, str, str], groups: dict) -> str:
+    """A recipe's row name: its model row where that row has one recipe here, else its experiment (the
+    sweep identity's first word), or the whole sweep identity where two recipes share that too."""
+    row, sweep, _ = recipe
+    recipes = {k[0] for k in groups if k[0][0] == row}
+    if len(recipes) == 1 or not sweep:
+        return row
+    experiment = sweep.split()[0]
+    return experiment if sum(r[1].split()[:1] == [experiment] for r in recipes) == 1 else sweep
 
 
 def _figures(r: Run, average: int | None) -> list[Figures]:
@@ -111,36 +135,58 @@ def _unprefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
     return {k.removeprefix(prefix): v for k, v in metrics.items() if k.startswith(prefix)}
 
 
-def _counts(run: Run | None, protocol: Protocol | None) -> dict | None:
-    """The per-sentence bracket counts of a run's test split (its evaluation's under `protocol`, else its
-    own), or None where it has none."""
+def _counts(run: Run | None, protocol: Protocol | None, split: str) -> dict | None:
+    """The per-sentence bracket counts of a run's split: of its evaluation of that split under `protocol`'s
+    weights, else of its own decode; named by the record or evaluation (`<split>_evalb`), else found beside
+    the trees or hypotheses it names (`X.evalb.json` of `X.trees.txt`, `X.hyp.txt`). None where none is."""
     import json
 
     if run is None:
         return None
     files = run.rec.get("files") or {}
     if protocol is not None:
-        found = run.evaluated(protocol)
+        found = run.evaluated(replace(protocol, split=split))
         files = found.files if found else {}
-    path = files.get("test_evalb")
+    path = files.get(f"{split}_evalb")
+    named = files.get(f"{split}_trees") or files.get(f"{split}_hyp")
+    if path is None and named:
+        path = named.removesuffix(".trees.txt").removesuffix(".hyp.txt") + ".evalb.json"
     try:
         return json.loads((run.folder / path).read_text()) if path else None
     except (OSError, ValueError):
         return None
 
 
-def _paired(pcfg: dict | None, figures: list[Figures], key: str) -> str:
-    """F1 less the PCFG's on the same sentences, paired; one run's test figures only."""
+def _paired(pcfg: dict | None, figures: list[Figures], split: str) -> str:
+    """The row's F1 on `split` less the PCFG's on the same sentences, paired (several seeds: their mean)."""
     from ablate.tasks.parsing.interval import paired_counts_difference
 
-    mine = _counts(figures[0].run, figures[0].protocol) if len(figures) == 1 and key == "test_f1" else None
-    if pcfg is None or mine is None or len(mine["matched"]) != len(pcfg["matched"]):
+    mine = [_counts(f.run, f.protocol, split) for f in figures]
+    if pcfg is None or None in mine or any(len(m["matched"]) != len(pcfg["matched"]) for m in mine):
         return ""
     diff, lo, hi, p = paired_counts_difference(pcfg, mine)
     return f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}], p {p:.3f}"
 
 
-def _row(row: str, data: str, key: str, figures: list[Figures], pcfg: dict | None = None) -> list[Any]:
+def _seeds(figures: list[Figures]) -> str:
+    members = figures[0].protocol.members if figures[0].protocol else ()
+    if members:
+        return f"{len(members) + 1} runs searched as one (training time: their sum)"
+    return f"{len(figures)} seed{'s' if len(figures) > 1 else ''}"
+
+
+def _train_time(f: Figures, coll: Collection) -> float | None:
+    """The training seconds behind a figure: its run's, and for an ensemble every member's too."""
+    members = f.protocol.members if f.protocol else ()
+    by_id = {r.rec.get("run_id"): r for r in coll.every} if members else {}
+    runs = [f.run, *(by_id.get(m) for m in members)]
+    times = [r.rec.get("train_time_s") if r else None for r in runs]
+    return sum(times) if all(isinstance(t, int | float) for t in times) else None
+
+
+def _row(
+    row: str, data: str, key: str, figures: list[Figures], pcfg: dict, times: list[float | None]
+) -> list[Any]:
     runs, ms = [f.run for f in figures], [f.metrics for f in figures]
     mean, sd, n = stats.mean_sd([float(m[key]) for m in ms])
     training = "semi-supervised" if "semi" in data else "WSJ only discriminative"
@@ -155,12 +201,13 @@ def _row(row: str, data: str, key: str, figures: list[Figures], pcfg: dict | Non
         f"{training} (data={data})",
         "",
         fnum(mean, 2) + (f" ± {fnum(sd, 2)}" if n > 1 else "") + ("" if key == "test_f1" else " (dev)"),
-        _interval(ms[0], key) if n == 1 else "",
-        _paired(pcfg, figures, key),
+        _interval(ms[0], key) if n == 1 else _seeds_interval([float(m[key]) for m in ms]),
+        _paired(pcfg["test"], figures, "test") if key == "test_f1" else "",
+        _paired(pcfg["dev"], figures, "dev"),
         f"{total('n_repaired')}/{total('n')}",
         fnum(flat[0], 2) if flat[0] is not None and len(set(flat)) == 1 else "?",
-        _minutes([r.rec.get("train_time_s") for r in runs]),
-        f"{n} seed{'s' if n > 1 else ''}, preset {runs[0].preset}; EVALB errors {total('n_error')}, "
+        _minutes(times),
+        f"{_seeds(figures)}, preset {runs[0].preset}; EVALB errors {total('n_error')}, "
         f"over 200 brackets {total('n_over_200_brackets')}",
     ]
 
@@ -172,7 +219,7 @@ BASELINES = {
 }
 
 
-def _baseline_row(r: Run, pcfg: dict | None = None) -> list[Any]:
+def _baseline_row(r: Run, pcfg: dict) -> list[Any]:
     """A baseline's row: its test-split F1 (its dev F1 where it has none), read as our runs' are."""
     m, cfg = r.metrics, r.cfg("baseline") or {}
     key = "test_f1" if m.get("test_f1") is not None else "f1"
@@ -187,7 +234,7 @@ def _baseline_row(r: Run, pcfg: dict | None = None) -> list[Any]:
         "",
         fnum(m.get(key), 2) + ("" if key == "test_f1" else " (dev)"),
         _interval(m, key),
-        "" if r.row == "pcfg" else _paired(pcfg, [Figures(r, m)], key),
+        *(["", ""] if r.row == "pcfg" else [_paired(pcfg[s], [Figures(r, m)], s) for s in ("test", "dev")]),
         f"{m.get(prefix + 'n_repaired', 0)}/{m.get(prefix + 'n', '?')}",
         fnum(m.get(prefix + "f1_flat"), 2),
         _minutes([r.rec.get("train_time_s")]),
@@ -199,6 +246,11 @@ def _baseline_row(r: Run, pcfg: dict | None = None) -> list[Any]:
 def _interval(m: dict[str, Any], key: str) -> str:
     lo, hi = m.get(key + "_lo"), m.get(key + "_hi")
     return f"[{lo:.2f}, {hi:.2f}]" if lo is not None and hi is not None else ""
+
+
+def _seeds_interval(values: list[float]) -> str:
+    lo, hi = stats.t_interval(values)
+    return f"[{lo:.2f}, {hi:.2f}] t, {len(values)} seeds"
 
 
 def _minutes(seconds: list[Any]) -> str:
@@ -213,7 +265,7 @@ def _test_sets(coll: Collection) -> list[str]:
     """Each treebank our rows were tested on, named as it is: its folder (data.treebank_dir) and the
     sentences of its test split, beside the paper's WSJ section 23."""
     seen: dict[str, set[int]] = {}
-    for r in [*(r for by in coll.runs.values() for r in by.values()), *coll.baselines]:
+    for r in [*coll.every, *coll.baselines]:
         data = r.cfg("data") or {}
         where = str(data.get("treebank_dir") or f"data.name={data.get('name', '?')}")
         n = r.metrics.get("test_n") or next(
@@ -232,7 +284,7 @@ def _test_sets(coll: Collection) -> list[str]:
 def _test_decodes(coll: Collection) -> list[str]:
     """How often the test split was looked at: the test evaluations of the table's runs (a choice is made
     on dev; the test split is decoded once for each recipe reported)."""
-    runs = [r for by in coll.runs.values() for r in by.values()]
+    runs = [r for r in coll.every if r.status == "finished"]
     decodes = [(r, e) for r in runs for e in r.evaluations if e.protocol.split == "test"]
     if not decodes:
         return []
