@@ -6,13 +6,15 @@
     python -m ablate.prepare data=multi30k [data.root=DIR]       # downloads Multi30k when DIR is absent/empty
     python -m ablate.prepare data=files data.train_src=T.en data.train_tgt=T.de data.dev_src=D.en
         data.dev_tgt=D.de                                         # big local files, streamed
+    python -m ablate.prepare task=my_task:MyTask data=my_source   # a source a task brings (Task.sources)
 
 Overrides are the `data.*` keys of conf/data/<name>.yaml and ablate.config.DataConfig (the `data.` prefix is
-optional); any data.name of ablate.data.corpora.SOURCES can be prepared. The result is the folder training
-uses (ablate.data.corpora.prepare_corpus: spm.model, {train,dev,test}.npz, {split}.{src,tgt}.txt, meta.json)
-under <cache>/data/<key>/; its path is printed last. A second call with the same settings and the same file
-contents finds it and does nothing; one that finds it incomplete (a file deleted) says which file and prepares
-it again. Training prepares its corpus itself the same way, but never downloads Multi30k.
+optional); any data.name of ablate.data.corpora.SOURCES can be prepared, and with task=NAME (as ablate.run
+takes it: built-in, entry point or module:Class) any source that task brings. The result is the folder
+training uses (ablate.data.corpora.prepare_corpus: spm.model, {train,dev,test}.npz, {split}.{src,tgt}.txt,
+meta.json) under <cache>/data/<key>/; its path is printed last. A second call with the same settings and the
+same file contents finds it and does nothing; one that finds it incomplete (a file deleted) says which file
+and prepares it again. Training prepares its corpus itself the same way, but never downloads Multi30k.
 
 data.root for wmt14_en_de: a Prepared folder (used as is), or the folder that holds (or receives) the raw
 archives and extracted text (default <cache>/raw/wmt14_en_de). data.train_src/train_tgt (and dev/test)
@@ -49,20 +51,22 @@ def load_config(name: str, overrides: list[str]) -> DataConfig:
     return obj
 
 
-def parse_args(argv: list[str]) -> tuple[str, list[str]]:
+def parse_args(argv: list[str]) -> tuple[str, list[str], str | None]:
     p = argparse.ArgumentParser(prog="python -m ablate.prepare", description=__doc__.split("\n")[0])
     p.add_argument("overrides", nargs="*", help="data=NAME and data.KEY=VALUE overrides")
     p.add_argument("--data", help="corpus: wmt14_en_de, multi30k, files, ... (same as data=NAME)")
     p.add_argument("--root", help="same as data.root=DIR")
     p.add_argument("--cache", help="same as data.cache_dir=DIR")
     a = p.parse_intermixed_args(argv)
-    name = a.data
+    name, task = a.data, None
     rest = []
     for o in a.overrides:
         if "=" not in o:
             p.error(f"{o!r} is not KEY=VALUE")
         if o.startswith("data="):
             name = o.split("=", 1)[1]
+        elif o.startswith("task="):
+            task = o.split("=", 1)[1]
         else:
             rest.append(o)
     if a.root:
@@ -71,15 +75,19 @@ def parse_args(argv: list[str]) -> tuple[str, list[str]]:
         rest.append(f"cache_dir={a.cache}")
     if not name:
         p.error("say which corpus: data=wmt14_en_de (or --data)")
-    return name, rest
+    return name, rest, task
 
 
 INTERRUPTED = "interrupted by Ctrl-C; nothing half-prepared is kept: the same command prepares the corpus"
 
 
 def main(argv: list[str] | None = None) -> int:
-    name, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    name, overrides, task = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        if task:
+            from ablate.tasks import task_of
+
+            task_of(task)  # registers the data sources it brings
         cfg = load_config(name, overrides)
         download = source(cfg).download
         prepared = prepare_corpus(download(cfg, print) if download else cfg)

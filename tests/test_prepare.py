@@ -294,8 +294,10 @@ def test_command_line_forms():
     assert parse_args(["--data", "wmt14_en_de", "--root", "R", "--cache", "C"]) == (
         "wmt14_en_de",
         ["root=R", "cache_dir=C"],
+        None,
     )
-    name, rest = parse_args(["data=wmt14_en_de", "data.root=R", "data.spm_sentences=5"])
+    name, rest, task = parse_args(["data=wmt14_en_de", "data.root=R", "data.spm_sentences=5"])
+    assert task is None and parse_args(["task=m:T", "data=x"]) == ("x", [], "m:T")
     cfg = load_config(name, rest)
     assert (cfg.name, cfg.root, cfg.vocab_size, cfg.spm_model_type, cfg.spm_sentences) == (
         "wmt14_en_de",
@@ -344,7 +346,7 @@ def test_the_command_line_and_training_prepare_one_folder(tmp_path, capsys):
     ]
     assert main(args) == 0
     printed = Path(capsys.readouterr().out.strip().splitlines()[-1])
-    cfg = load_config(*parse_args(args))
+    cfg = load_config(*parse_args(args)[:2])
     log = []
     assert corpora.prepare_corpus(cfg, log.append).root == printed  # what training asks for
     said = [line for line in log if not line.startswith("warning: ")]  # a small test corpus is warned of
@@ -375,3 +377,28 @@ def test_no_data_module_imports_the_command_line():
             else:
                 continue
             assert "ablate.prepare" not in names, path
+
+
+def test_a_source_a_task_brings_is_prepared_by_the_command_with_its_task(tmp_path, capsys, monkeypatch):
+    """`ablate.prepare task=reverse_task:ReverseTask data=reverse` prepares the folder training asks for;
+    without task= the source is unknown, and the line says where sources come from."""
+    import subprocess
+    import sys
+
+    user = Path(__file__).resolve().parent / "user_task"
+    args = ["data=reverse", "data.builtin_train=300", "data.builtin_dev=20", "data.builtin_test=20",
+            "data.vocab_size=200", f"data.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    alone = subprocess.run(
+        [sys.executable, "-m", "ablate.prepare", *args], capture_output=True, text=True, timeout=120
+    )
+    assert alone.returncode == 2
+    assert alone.stderr.strip() == (
+        f"error: data.name='reverse' is not one of {', '.join(corpora.SOURCES)} (or of the sources of task=)"
+    )
+    monkeypatch.syspath_prepend(str(user))
+    assert main(["task=reverse_task:ReverseTask", *args]) == 0
+    printed = Path(capsys.readouterr().out.strip().splitlines()[-1])
+    assert corpora.prepare_corpus(load_config("reverse", args[1:]), lambda m: None).root == printed
+    assert (printed / "train.tgt.txt").read_text().split("\n")[0] == " ".join(
+        reversed((printed / "train.src.txt").read_text().split("\n")[0].split())
+    )
