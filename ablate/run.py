@@ -235,7 +235,9 @@ def entry(argv: list[str]) -> None:
         from hydra_plugins.ablate_plan.plan_launcher import parallelism
 
         argv = plan.planned_argv(argv, parallelism(argv))
-    sys.argv = [sys.argv[0], *argv]
+    from hydra_plugins.ablate_sweeper.row_groups import with_group_sources
+
+    sys.argv = [sys.argv[0], *with_group_sources(argv)]  # a researcher's row groups, as the project's
     # Hydra composes each config once, and raises what keeps one from composing (its documented switch)
     # instead of printing it in several lines: said here in one.
     os.environ["HYDRA_FULL_ERROR"] = "1"

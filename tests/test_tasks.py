@@ -154,6 +154,21 @@ def _cmd(args: list[str], env: dict, cwd: Path = ROOT, ok: tuple[int, ...] = (0,
     return p
 
 
+def test_a_group_of_a_researchers_rows_expands_as_a_projects_group(tmp_path):
+    """`-m model=W` names the rows of the researcher's folder whose `group:` is W (wide): one value is no
+    sweep to Hydra, which composes it before the sweeper expands it; `model=W` for one run is refused."""
+    env = dict(os.environ, PYTHONPATH=str(USER_TASK), ABLATE_RESULTS=str(tmp_path / "r"))
+    common = [f"hydra.searchpath=[file://{USER_TASK}/conf]", "experiment=reverse", "logger=none"]
+    plan = _cmd(["ablate.run", "-m", *common, "model=W", "seed=1,2", "--plan"], env).stdout
+    lines = [line for line in plan.splitlines() if line.startswith("[plan] wide s")]
+    assert len(lines) == 2 and "d_ff 256" in lines[0] and "plan of 2 runs: 2 to train" in plan
+    one = _cmd(["ablate.run", *common, "model=W"], env, ok=(2,)).stderr.strip()
+    assert one.endswith(
+        "model=W is a Table 3 group (wide), not a row: run its rows with `-m model=W`, or name one row"
+    )
+    assert not list(tmp_path.rglob("record.json"))
+
+
 @pytest.mark.slow
 def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     """docs/tasks.md's walk-through: train (stopped by Ctrl-C, then resumed), a sweep of its own rows with

@@ -78,6 +78,27 @@ class RowGroupSource(ConfigSource):
         )
 
 
+def with_group_sources(argv: list[str]) -> list[str]:
+    """`hydra.searchpath=[file://X, ...]` with `ablaterows://X` after each folder X that holds a model/
+    folder: Hydra adds a command line's search path after every SearchPathPlugin has run, so the groups of a
+    researcher's rows get their stand-ins this way (`-m model=W` for the rows with `group: W` in X)."""
+    out = []
+    for a in argv:
+        key, _, value = a.partition("=")
+        if key.lstrip("+") != "hydra.searchpath" or not value.startswith("["):
+            out.append(a)
+            continue
+        entries = [e.strip().strip("'\"") for e in value.strip("[]").split(",") if e.strip()]
+        added = []
+        for e in entries:
+            path = e.removeprefix("file://")
+            added.append(e)
+            if "://" not in path and os.path.isdir(os.path.join(path, MODEL_GROUP)):
+                added.append(f"{GROUP_SCHEME}://{path}")
+        out.append(f"{key}=[{','.join(added)}]")
+    return out
+
+
 class RowGroupSearchPath(SearchPathPlugin):
     """Adds `ablaterows://<dir>` after the app's own config dir (a file path with a model/ folder)."""
 
