@@ -80,8 +80,6 @@ def _check_args(args) -> None:
     for run_dir in (Path(args.run_dir), *map(Path, args.ensemble)):
         _check_finished(run_dir, args.until_step)
         _check_average(run_dir, args)
-    if len({Path(d).resolve() for d in (args.run_dir, *args.ensemble)}) <= len(args.ensemble):
-        raise ValueError("--ensemble: a run given twice; an ensemble is of different runs")
 
 
 def _check_average(run_dir: Path, args) -> None:

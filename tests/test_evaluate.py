@@ -127,9 +127,13 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     for argv, message in [
         (
             ["--ensemble", str(run_dir)],
-            "error: --ensemble: a run given twice; an ensemble is of different runs",
+            f"error: --ensemble: run {run_dir.name} given twice; an ensemble is of different runs",
         ),
-        (["--ensemble", str(third)], f"error: {third}: its data config differs from the run's"),
+        (
+            ["--ensemble", str(third)],
+            f"error: {third}: its data config prepares another corpus than the run's",
+        ),
+        (["--ensemble", str(second), str(second)], f"error: --ensemble: run {second.name} given twice"),
     ]:
         assert main([str(run_dir), "--threads", "1", *argv]) == 2
         err = capsys.readouterr().err.strip()

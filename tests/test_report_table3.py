@@ -680,6 +680,8 @@ def test_table4_puts_a_recipes_seeds_in_one_row_with_their_t_interval_and_paired
     its experiment."""
     import shutil
 
+    from ablate.records import evaluations
+    from ablate.records.evaluations import Protocol
     from ablate.tasks.parsing.interval import paired_counts_difference
 
     monkeypatch.chdir(tmp_path)
@@ -689,6 +691,7 @@ def test_table4_puts_a_recipes_seeds_in_one_row_with_their_t_interval_and_paired
     shutil.copytree(committed, res / "pcfg")
     (pcfg_dir,) = (res / "pcfg").iterdir()
     pcfg = {s: json.loads((pcfg_dir / f"{s}.evalb.json").read_text()) for s in ("test", "dev")}
+    treebank = json.loads((pcfg_dir / "record.json").read_text())["config"]["data"]["treebank_dir"]
 
     def worse(counts: dict, by: int) -> dict:  # every by-th sentence loses a matched bracket
         matched = [m - (i % by == 0 and m > 0) for i, m in enumerate(counts["matched"])]
@@ -702,13 +705,16 @@ def test_table4_puts_a_recipes_seeds_in_one_row_with_their_t_interval_and_paired
         folder = _write_run(res, "parse", seed, task="parsing", scale="paper")
         rec = json.loads((folder / "record.json").read_text())
         rec["sweep"] = "wsj_steps train.max_steps=9"
-        for split in ("test", "dev"):
+        rec["config"]["data"]["treebank_dir"] = treebank  # the PCFG of the same treebank
+        (folder / "record.json").write_text(json.dumps(rec))
+        for split in ("test", "dev"):  # ablate.evaluate --split <split> --average 5 of each seed
             counts = worse(pcfg[split], by)
             mine[split].append(counts)
-            (folder / f"{split}.evalb.json").write_text(json.dumps(counts))
-            rec["files"][f"{split}_hyp"] = f"{split}.hyp.txt"  # the counts are found beside it
-        rec["metrics"] |= {"f1": f1(mine["dev"][-1]), "test_f1": f1(mine["test"][-1]), "test_n": 118}
-        (folder / "record.json").write_text(json.dumps(rec))
+            (folder / f"{split}.avg5.evalb.json").write_text(json.dumps(counts))
+            metrics = {f"{split}_f1": f1(counts), f"{split}_n": len(counts["matched"])}
+            files = {f"{split}_hyp": f"{split}.avg5.hyp.txt"}  # the counts are found beside it
+            protocol = Protocol(split, 5, None, (360, 380, 400))
+            evaluations.write(folder, rec["run_id"], protocol, metrics, files)
     other = _write_run(tmp_path / "o", "parse", 1, task="parsing", scale="paper", extra_metrics={"f1": 50.0})
     rec = json.loads((other / "record.json").read_text())
     rec["sweep"], rec["run_id"] = "wsj_time train.budget_minutes=9", "parse-0123456789ab-s1"
@@ -728,10 +734,16 @@ def test_table4_puts_a_recipes_seeds_in_one_row_with_their_t_interval_and_paired
         assert f"| {d:+.2f} [{dlo:+.2f}, {dhi:+.2f}], p {p:.3f} |" in row
     assert "3 seeds" in row
     assert "| ours: wsj_time | WSJ only discriminative (data=builtin) |  | 50.00 (dev) |" in t4
+    # a newer dev evaluation of other checkpoints is no dev figure of the test one's weights: none shown
+    later = next(res.glob("parse/parse-*-s3"))
+    evaluations.write(later, later.name, Protocol("dev", 5, None, (460, 480, 500)), {"dev_f1": 1.0}, {})
+    assert main(["table4", "--results", "results", "--out", "t4.md", "--quiet"]) == 0
+    row = next(
+        line for line in Path("t4.md").read_text().splitlines() if line.startswith("| ours: wsj_steps |")
+    )
+    d, dlo, dhi, p = paired_counts_difference(pcfg["test"], mine["test"])
+    assert f"t, 3 seeds | {d:+.2f} [{dlo:+.2f}, {dhi:+.2f}], p {p:.3f} |  |" in row
     # the three searched as one (ablate.evaluate --ensemble): a row of its own, trained as long as all three
-    from ablate.records import evaluations
-    from ablate.records.evaluations import Protocol
-
     firsts = sorted(res.glob("parse/parse-*-s1"))
     first, ids = firsts[-1], [p.name for p in sorted(res.glob("parse/parse-*-s[23]"))]
     assert first.name.endswith("s1") and "0123456789ab" not in first.name
@@ -747,4 +759,6 @@ def test_table4_puts_a_recipes_seeds_in_one_row_with_their_t_interval_and_paired
     d, dlo, dhi, p = paired_counts_difference(pcfg["test"], best["test"])
     assert f"| {f1(best['test']):.2f} |" in row and f"| {d:+.2f} [{dlo:+.2f}, {dhi:+.2f}], p {p:.3f} |" in row
     assert "| 7.5 min | 3 runs searched as one" in row  # 3 x 150 s
+    seeds = next(line for line in t4.splitlines() if line.startswith("| ours: wsj_steps |"))
+    assert "| 3 seeds," in seeds  # the ensemble kept with seed 1 is beside its own figure, not in its place
     assert f"an ensemble with {', '.join(ids)}" in t4

@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         coll.results_dir = Path(default_results())
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
-    print(_selection_line(coll, cells=table_fn is None), file=sys.stderr)
+    print(_selection_line(coll, cells=not getattr(table_fn, "reads_every", False)), file=sys.stderr)
     from ablate.report.decide import LooksError
 
     try:
@@ -247,8 +247,9 @@ def _row_key(row: str):
 
 
 def _selection_line(coll, cells: bool = True) -> str:
-    """What the report read, on the terminal: the records, the preset and why, what it left out. A task's
-    table (`cells` false) reads every record of the preset (Collection.every), duplicates of a cell too."""
+    """What the report read, on the terminal: the records, the preset and why, what it left out. A
+    table whose function says `reads_every` (Table 4: its rows are recipes) reads every record of the preset
+    (Collection.every), duplicates of a cell too."""
     n = sum(len(by) for by in coll.runs.values()) if cells else len(coll.every)
     what = "cell(s)" if cells else "record(s)"
     line = f"[report] {coll.read} record(s) under {coll.results_dir}: {n} {what} of preset {coll.scale}"

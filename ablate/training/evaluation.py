@@ -86,7 +86,10 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
         return module.eval()
 
     module = load(cfg, ckpts)
-    members = [_member(cfg, other, average, until_step) for other in ensemble]
+    members = sorted((_member(cfg, prepared, o, average, until_step, ckpts) for o in ensemble), key=_id)
+    ids = [rec["run_id"], *map(_id, members)]
+    if twice := next((i for i in ids if ids.count(i) > 1), None):
+        raise ValueError(f"--ensemble: run {twice} given twice; an ensemble is of different runs")
     others = tuple(load(c, _checkpoints(d, average, until_step)) for d, _, c in members)
     dm = Seq2SeqData(cfg.data, prepared, cfg.train.max_tokens, 1, cfg.seed)
     dm.setup()
@@ -113,23 +116,31 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
     return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
 
 
-def _member(cfg: RunConfig, other: Path, average: int, until_step: int | None) -> tuple[Path, str, RunConfig]:
-    """Another run of an ensemble: (its folder, its id, its config), refused in one line unless it is
-    finished and reads and writes the same text (task, data and the search: one vocabulary, one split)."""
+def _member(
+    cfg: RunConfig, prepared, other: Path, average: int, until_step: int | None, ckpts: list[Path]
+) -> tuple[Path, str, RunConfig]:
+    """Another run of an ensemble: (its folder, its id, its config), refused in one line unless it is of
+    the same task and prepared corpus (one vocabulary, one split; its model may differ; the search is the
+    run's) and, for a curve point (`until_step`), its checkpoints are of the run's steps."""
+    from ablate.data.datamodule import prepare_corpus
+
     rec = store.read_record(other / store.RECORD_NAME)
-    if rec["status"] != "finished" and until_step is None:
-        raise ValueError(
-            f"{other}: the run is {rec['status']}, not finished: an ensemble takes finished runs"
-        )
     theirs = to_dataclass(OmegaConf.create(rec["config"]))
-    for key in ("task", "data", "decode"):
-        if getattr(theirs, key) != getattr(cfg, key):
-            raise ValueError(
-                f"{other}: its {key} config differs from the run's: an ensemble searches one vocabulary and "
-                "one split, with one search"
-            )
-    _checkpoints(other, average, until_step)  # has what the run reads
+    if theirs.task != cfg.task:
+        raise ValueError(f"{other}: a run of task={theirs.task}, not of the run's task={cfg.task}")
+    if prepare_corpus(theirs.data, log=lambda msg: None).root != prepared.root:
+        raise ValueError(
+            f"{other}: its data config prepares another corpus than the run's: an ensemble searches one "
+            "vocabulary and one split"
+        )
+    mine = _checkpoints(other, average, until_step)
+    if until_step is not None and [step_of(p) for p in mine] != [step_of(p) for p in ckpts]:
+        raise ValueError(f"{other}: its checkpoints up to step {until_step} are not of the run's steps")
     return other, str(rec["run_id"]), theirs
+
+
+def _id(member: tuple[Path, str, RunConfig]) -> str:
+    return member[1]
 
 
 def _checkpoints(run_dir: Path, average: int, until_step: int | None) -> list[Path]:

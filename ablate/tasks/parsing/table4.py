@@ -1,6 +1,7 @@
 """Table 4 (English constituency parsing): the paper's parsers with their WSJ section 23 F1, then our
 parsing runs and the baselines on the same trees (`python -m ablate.baseline`), each F1 on the test split
-of the treebank they read, named as it is, with its 95% bootstrap interval over sentences and beside what
+of the treebank they read, named as it is, with its 95% interval (the bootstrap over sentences for one run,
+Student's t over the seeds for several), its paired differences to the PCFG, and beside what
 says whether it is a parser's: the outputs the reader had to repair, the F1 of one flat tree per sentence
 over the same gold trees (the floor), and the time it trained. The paper's test set and ours differ: no
 difference between them is computed."""
@@ -38,17 +39,15 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
     ]
     groups = _groups(coll)
     notes = _test_sets(coll) + _test_decodes(coll)
-    pcfg_run = next((r for r in coll.baselines if r.row == "pcfg"), None)
-    pcfg = {split: _counts(pcfg_run, None, split) for split in ("test", "dev")}
+    pcfgs = {_treebank(r): r for r in coll.baselines if r.row == "pcfg"}
     for (recipe, data, key, _), figures in sorted(groups.items()):
         name = _name(recipe, groups)
-        members = figures[0].protocol.members if figures[0].protocol else ()
-        name += f", an ensemble of {len(members) + 1}" if members else ""
+        name += f", an ensemble of {len(_members(figures[0])) + 1}" if _members(figures[0]) else ""
         times = [_train_time(f, coll) for f in figures]
-        body.append(_row(name, data, key, figures, pcfg, times))
+        body.append(_row(name, data, key, figures, _pcfg_counts(pcfgs.get(recipe[2])), times))
         notes += [f"ours: {name} ({_split(key, f.protocol)}): {_what_ran(f.run)}" for f in figures]
     for r in sorted(coll.baselines, key=lambda r: -float(r.metrics.get("test_f1") or 0)):
-        body.append(_baseline_row(r, pcfg))
+        body.append(_baseline_row(r, _pcfg_counts(pcfgs.get(_treebank(r)))))
         notes.append(f"baseline: {r.row}: {r.rec['run_id']} (command: {r.rec.get('command', '?')})")
     if not groups and not coll.baselines:
         notes.append("No parsing record (task=parsing) has metrics.f1 yet.")
@@ -67,13 +66,16 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         "Δ PCFG test / dev: the row's F1 on that split less the treebank PCFG's on the same sentences, the "
         "paired bootstrap over sentences from each one's per-sentence bracket counts (2,000 resamples, seed "
         "0); for several seeds, of their mean F1 with the seeds held fixed (the sentences' spread, not the "
-        "seeds'). The dev figure is of the same weights as the test one. Shown where the counts lie beside "
-        "the trees (`<split>.evalb.json`, written by ablate.evaluate and ablate.baseline, or for older trees "
-        "by `python -m ablate.tasks.parsing.paired --counts`)."
+        "seeds'). The dev figure is of the same checkpoints as the test one. Shown where the counts lie "
+        "beside the trees (`<split>.evalb.json`, written by ablate.evaluate and ablate.baseline, or for "
+        "older trees by `python -m ablate.tasks.parsing.paired --counts`)."
     )
     title = "Table 4: English constituency parsing (the paper's WSJ 23; ours on the test split named below)"
     table = Table(cols, body, align="llrrlllrrrl", title=title)
     return table, notes
+
+
+table4.reads_every = True  # its rows are recipes, grouped from every record (the report's selection line)
 
 
 @dataclass(frozen=True)
@@ -91,43 +93,60 @@ def _groups(coll: Collection) -> dict[tuple[str, str, str, str], list[Figures]]:
     figure, seed and paths aside) on one treebank. Each test evaluation (`python -m ablate.evaluate RUN
     --split test`, the newest of each protocol) is a group of its own; a run with none shows its own dev F1
     (under --average N, its dev evaluation of that protocol)."""
-    groups: dict[tuple[str, str, str, str], list[Figures]] = {}
-    for r in coll.every:
-        if r.status != "finished":
-            continue
+    groups: dict[tuple[tuple[str, str, str], str, str, str], dict[int, Figures]] = {}
+    newest_first = sorted(coll.every, key=lambda r: str(r.rec.get("finished") or ""), reverse=True)
+    for r in (r for r in newest_first if r.status == "finished"):
         cfg_data = r.cfg("data") or {}
         data = str(cfg_data.get("name", "?"))
-        recipe = (r.row, str(r.rec.get("sweep") or ""), str(cfg_data.get("treebank_dir") or ""))
+        recipe = (r.row, str(r.rec.get("sweep") or ""), _treebank(r))
         for f in _figures(r, coll.average):
             key = "test_f1" if f.metrics.get("test_f1") is not None else "f1"
             tag = f.protocol.tag if f.protocol else ""
-            groups.setdefault((recipe, data, key, tag), []).append(f)
-    return {k: sorted(v, key=lambda f: f.run.seed) for k, v in groups.items()}
+            groups.setdefault((recipe, data, key, tag), {}).setdefault(r.seed, f)  # a seed once: its newest
+    return {k: [v[seed] for seed in sorted(v)] for k, v in groups.items()}
+
+
+def _treebank(r: Run) -> str:
+    return str((r.cfg("data") or {}).get("treebank_dir") or "")
 
 
 def _name(recipe: tuple[str, str, str], groups: dict) -> str:
     """A recipe's row name: its model row where that row has one recipe here, else its experiment (the
     sweep identity's first word), or the whole sweep identity where two recipes share that too."""
-    row, sweep, _ = recipe
+    row, sweep, treebank = recipe
     recipes = {k[0] for k in groups if k[0][0] == row}
     if len(recipes) == 1 or not sweep:
         return row
     experiment = sweep.split()[0]
-    return experiment if sum(r[1].split()[:1] == [experiment] for r in recipes) == 1 else sweep
+    if sum(r[1].split()[:1] == [experiment] for r in recipes) == 1:
+        return experiment
+    return sweep if sum(r[1] == sweep for r in recipes) == 1 else f"{sweep} on {treebank}"
 
 
 def _figures(r: Run, average: int | None) -> list[Figures]:
+    """The figures a run shows: its test evaluations (else its own test F1, else its own dev F1), and
+    beside them each ensemble it was searched in, a figure of its own (never in place of the run's)."""
     tests = [
         Figures(r, e.metrics, p)
         for p, e in r.evaluated_on("test").items()
         if e.metrics.get("test_f1") is not None and (average is None or p.average == average)
     ]  # fmt: skip
-    if tests or r.metrics.get("test_f1") is not None:
-        return tests or [Figures(r, r.metrics)]
+    alone, ensembles = [f for f in tests if not _members(f)], [f for f in tests if _members(f)]
+    if alone or r.metrics.get("test_f1") is not None:
+        return (alone or [Figures(r, r.metrics)]) + ensembles
     if average is None:
-        return [Figures(r, r.metrics)] if r.metrics.get("f1") is not None else []
+        return ([Figures(r, r.metrics)] if r.metrics.get("f1") is not None else []) + ensembles
     dev = r.evaluated(Protocol("dev", average))
-    return [Figures(r, _unprefixed(dev.metrics, "dev_"), dev.protocol)] if dev else []
+    return ([Figures(r, _unprefixed(dev.metrics, "dev_"), dev.protocol)] if dev else []) + ensembles
+
+
+def _members(f: Figures) -> tuple[str, ...]:
+    return f.protocol.members if f.protocol else ()
+
+
+def _pcfg_counts(pcfg: Run | None) -> dict[str, dict | None]:
+    """The treebank PCFG's per-sentence counts of each split (the PCFG baseline on the row's treebank)."""
+    return {split: _counts(pcfg, None, split) for split in ("test", "dev")}
 
 
 def _unprefixed(metrics: dict[str, Any], prefix: str) -> dict[str, Any]:
@@ -146,7 +165,9 @@ def _counts(run: Run | None, protocol: Protocol | None, split: str) -> dict | No
     files = run.rec.get("files") or {}
     if protocol is not None:
         found = run.evaluated(replace(protocol, split=split))
-        files = found.files if found else {}
+        same = found is not None and None in (found.protocol.steps, protocol.steps)
+        same = same or (found is not None and found.protocol.steps == protocol.steps)
+        files = found.files if same else {}  # the same checkpoints, where both say which
     path = files.get(f"{split}_evalb")
     named = files.get(f"{split}_trees") or files.get(f"{split}_hyp")
     if path is None and named:
@@ -157,27 +178,29 @@ def _counts(run: Run | None, protocol: Protocol | None, split: str) -> dict | No
         return None
 
 
-def _paired(pcfg: dict | None, figures: list[Figures], split: str) -> str:
-    """The row's F1 on `split` less the PCFG's on the same sentences, paired (several seeds: their mean)."""
+def _paired(pcfg: dict | None, figures: list[Figures], split: str, key: str) -> str:
+    """The row's F1 on `split` less the PCFG's on the same gold trees, paired (several seeds: their mean).
+    A run's own test F1 (no protocol) has no dev decode of its weights: no dev difference."""
     from ablate.tasks.parsing.interval import paired_counts_difference
 
-    mine = [_counts(f.run, f.protocol, split) for f in figures]
-    if pcfg is None or None in mine or any(len(m["matched"]) != len(pcfg["matched"]) for m in mine):
+    if split == "dev" and key == "test_f1" and any(f.protocol is None for f in figures):
         return ""
+    mine = [_counts(f.run, f.protocol, split) for f in figures]
+    if pcfg is None or None in mine or any(m["gold"] != pcfg["gold"] for m in mine):
+        return ""  # a split without counts, or other gold trees than the PCFG's
     diff, lo, hi, p = paired_counts_difference(pcfg, mine)
     return f"{diff:+.2f} [{lo:+.2f}, {hi:+.2f}], p {p:.3f}"
 
 
 def _seeds(figures: list[Figures]) -> str:
-    members = figures[0].protocol.members if figures[0].protocol else ()
-    if members:
+    if members := _members(figures[0]):
         return f"{len(members) + 1} runs searched as one (training time: their sum)"
     return f"{len(figures)} seed{'s' if len(figures) > 1 else ''}"
 
 
 def _train_time(f: Figures, coll: Collection) -> float | None:
     """The training seconds behind a figure: its run's, and for an ensemble every member's too."""
-    members = f.protocol.members if f.protocol else ()
+    members = _members(f)
     by_id = {r.rec.get("run_id"): r for r in coll.every} if members else {}
     runs = [f.run, *(by_id.get(m) for m in members)]
     times = [r.rec.get("train_time_s") if r else None for r in runs]
@@ -202,8 +225,8 @@ def _row(
         "",
         fnum(mean, 2) + (f" ± {fnum(sd, 2)}" if n > 1 else "") + ("" if key == "test_f1" else " (dev)"),
         _interval(ms[0], key) if n == 1 else _seeds_interval([float(m[key]) for m in ms]),
-        _paired(pcfg["test"], figures, "test") if key == "test_f1" else "",
-        _paired(pcfg["dev"], figures, "dev"),
+        _paired(pcfg["test"], figures, "test", key) if key == "test_f1" else "",
+        _paired(pcfg["dev"], figures, "dev", key),
         f"{total('n_repaired')}/{total('n')}",
         fnum(flat[0], 2) if flat[0] is not None and len(set(flat)) == 1 else "?",
         _minutes(times),
@@ -234,7 +257,11 @@ def _baseline_row(r: Run, pcfg: dict) -> list[Any]:
         "",
         fnum(m.get(key), 2) + ("" if key == "test_f1" else " (dev)"),
         _interval(m, key),
-        *(["", ""] if r.row == "pcfg" else [_paired(pcfg[s], [Figures(r, m)], s) for s in ("test", "dev")]),
+        *(
+            ["", ""]
+            if r.row == "pcfg"
+            else [_paired(pcfg[s], [Figures(r, m)], s, "") for s in ("test", "dev")]
+        ),
         f"{m.get(prefix + 'n_repaired', 0)}/{m.get(prefix + 'n', '?')}",
         fnum(m.get(prefix + "f1_flat"), 2),
         _minutes([r.rec.get("train_time_s")]),
