@@ -167,7 +167,10 @@ def _counts(run: Run | None, protocol: Protocol | None, split: str) -> dict | No
         found = run.evaluated(replace(protocol, split=split))
         same = found is not None and None in (found.protocol.steps, protocol.steps)
         same = same or (found is not None and found.protocol.steps == protocol.steps)
-        files = found.files if same else {}  # the same checkpoints, where both say which
+        if found is None and _last_checkpoint(run, protocol):
+            files = run.rec.get("files") or {}  # the run's own decode of its last.ckpt
+        else:
+            files = found.files if same else {}  # the same checkpoints, where both say which
     path = files.get(f"{split}_evalb")
     named = files.get(f"{split}_trees") or files.get(f"{split}_hyp")
     if path is None and named:
@@ -176,6 +179,13 @@ def _counts(run: Run | None, protocol: Protocol | None, split: str) -> dict | No
         return json.loads((run.folder / path).read_text()) if path else None
     except (OSError, ValueError):
         return None
+
+
+def _last_checkpoint(run: Run, p: Protocol) -> bool:
+    """Whether an evaluation under `p` read the finished run's last.ckpt, whose dev split the run itself
+    decoded at its last step (its record's dev files)."""
+    last = p.average == 0 and p.until_step is None and not p.members
+    return last and p.steps in (None, (run.rec.get("steps"),))
 
 
 def _paired(pcfg: dict | None, figures: list[Figures], split: str, key: str) -> str:
