@@ -137,8 +137,10 @@ def config_dirs(argv: list[str]) -> list[Path]:
     for a in argv:
         key, _, value = a.lstrip("+").partition("=")
         if key == "hydra.searchpath":
-            entries = (e.strip().strip("'\"") for e in value.strip("[]").split(","))
-            dirs += [e.removeprefix("file://") for e in entries if e and not e.startswith("pkg://")]
+            from hydra_plugins.ablate_sweeper.row_groups import searchpath_entries
+
+            entries = searchpath_entries(value)
+            dirs += [e.removeprefix("file://") for e in entries if not e.startswith("pkg://")]
     return [Path(d) for d in dirs] + [Path(__file__).resolve().parents[1] / "conf"]
 
 

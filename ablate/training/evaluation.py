@@ -11,6 +11,7 @@ shows the run's own figures unless asked for a protocol.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -86,11 +87,12 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
         return module.eval()
 
     module = load(cfg, ckpts)
-    members = sorted((_member(cfg, prepared, o, average, until_step, ckpts) for o in ensemble), key=_id)
-    ids = [rec["run_id"], *map(_id, members)]
+    members = [_member(cfg, prepared, other, average, until_step, ckpts) for other in ensemble]
+    members.sort(key=lambda m: m.run_id)  # one ensemble, one protocol, whatever order it was named in
+    ids = [rec["run_id"], *(m.run_id for m in members)]
     if twice := next((i for i in ids if ids.count(i) > 1), None):
         raise ValueError(f"--ensemble: run {twice} given twice; an ensemble is of different runs")
-    others = tuple(load(c, _checkpoints(d, average, until_step)) for d, _, c in members)
+    others = tuple(load(m.cfg, m.ckpts) for m in members)
     dm = Seq2SeqData(cfg.data, prepared, cfg.train.max_tokens, 1, cfg.seed)
     dm.setup()
     split, refs = _split(dm, sp, run_dir, split, src, ref)
@@ -102,7 +104,7 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
         tuple(step_of(p) for p in ckpts)
         if average or until_step is not None
         else (None if rec.get("steps") is None else (int(rec["steps"]),)),  # last.ckpt: the finished run's
-        tuple(run_id for _, run_id, _ in members),
+        tuple(m.run_id for m in members),
     )
     folder.atomic_write_text(run_dir / f"{protocol.tag}.hyp.txt", "\n".join(out) + "\n")
     figures, files = task.split_metrics(cfg, prepared, dm, split, out, refs)
@@ -116,10 +118,19 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
     return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
 
 
+@dataclass(frozen=True)
+class Member:
+    """Another run of an ensemble: its id, its config and the checkpoints it reads."""
+
+    run_id: str
+    cfg: RunConfig
+    ckpts: list[Path]
+
+
 def _member(
     cfg: RunConfig, prepared, other: Path, average: int, until_step: int | None, ckpts: list[Path]
-) -> tuple[Path, str, RunConfig]:
-    """Another run of an ensemble: (its folder, its id, its config), refused in one line unless it is of
+) -> Member:
+    """Another run of an ensemble, refused in one line unless it is of
     the same task and prepared corpus (one vocabulary, one split; its model may differ; the search is the
     run's) and, for a curve point (`until_step`), its checkpoints are of the run's steps."""
     from ablate.data.datamodule import prepare_corpus
@@ -136,11 +147,7 @@ def _member(
     mine = _checkpoints(other, average, until_step)
     if until_step is not None and [step_of(p) for p in mine] != [step_of(p) for p in ckpts]:
         raise ValueError(f"{other}: its checkpoints up to step {until_step} are not of the run's steps")
-    return other, str(rec["run_id"]), theirs
-
-
-def _id(member: tuple[Path, str, RunConfig]) -> str:
-    return member[1]
+    return Member(str(rec["run_id"]), theirs, mine)
 
 
 def _checkpoints(run_dir: Path, average: int, until_step: int | None) -> list[Path]:

@@ -78,6 +78,11 @@ class RowGroupSource(ConfigSource):
         )
 
 
+def searchpath_entries(value: str) -> list[str]:
+    """The entries of a command line's `hydra.searchpath=[a,b]` value, unquoted."""
+    return [e.strip().strip("'\"") for e in value.strip("[]").split(",") if e.strip()]
+
+
 def with_group_sources(argv: list[str]) -> list[str]:
     """`hydra.searchpath=[file://X, ...]` with `ablaterows://X` after each folder X that holds a model/
     folder: Hydra adds a command line's search path after every SearchPathPlugin has run, so the groups of a
@@ -88,9 +93,8 @@ def with_group_sources(argv: list[str]) -> list[str]:
         if key.lstrip("+") != "hydra.searchpath" or not value.startswith("["):
             out.append(a)
             continue
-        entries = [e.strip().strip("'\"") for e in value.strip("[]").split(",") if e.strip()]
         added = []
-        for e in entries:
+        for e in searchpath_entries(value):
             path = e.removeprefix("file://")
             added.append(e)
             if "://" not in path and os.path.isdir(os.path.join(path, MODEL_GROUP)):

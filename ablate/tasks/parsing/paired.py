@@ -35,8 +35,10 @@ def compare(gold, a, b, resamples: int = RESAMPLES, seed: int = SEED) -> tuple[f
 
 
 def counts_path(trees: Path) -> Path:
-    """Where the per-sentence counts of a trees file go: `X.evalb.json` beside `X.trees.txt`."""
-    return trees.with_name(trees.name.removesuffix(".trees.txt") + ".evalb.json")
+    """Where the per-sentence counts of a split's decode go: `X.evalb.json` beside its trees `X.trees.txt`
+    (and its hypotheses `X.hyp.txt`)."""
+    stem = trees.name.removesuffix(".trees.txt").removesuffix(".hyp.txt")
+    return trees.with_name(stem + ".evalb.json")
 
 
 def write_counts(gold, trees_file: Path) -> Path:

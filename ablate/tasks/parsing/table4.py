@@ -9,6 +9,7 @@ difference between them is computed."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from ablate import paper
@@ -88,11 +89,12 @@ class Figures:
 
 
 def _groups(coll: Collection) -> dict[tuple[str, str, str, str], list[Figures]]:
-    """Finished parsing runs by (recipe, data set, the F1 they show, its protocol), its seeds together. A
-    recipe is the run's sweep identity (record `sweep`: its experiment and the overrides that decide a
-    figure, seed and paths aside) on one treebank. Each test evaluation (`python -m ablate.evaluate RUN
-    --split test`, the newest of each protocol) is a group of its own; a run with none shows its own dev F1
-    (under --average N, its dev evaluation of that protocol)."""
+    """Finished parsing runs by (recipe, data set, the F1 they show, its protocol), its seeds together, one
+    figure a seed (its newest). A recipe is a model row under one sweep identity (record `sweep`: its
+    experiment and the overrides that decide a figure, seed and paths aside) on one treebank. Each test
+    evaluation (`python -m ablate.evaluate RUN --split test`, the newest of each protocol) is a group of
+    its own; a run with none shows its own dev F1 (under --average N, its dev evaluation of that
+    protocol)."""
     groups: dict[tuple[tuple[str, str, str], str, str, str], dict[int, Figures]] = {}
     newest_first = sorted(coll.every, key=lambda r: str(r.rec.get("finished") or ""), reverse=True)
     for r in (r for r in newest_first if r.status == "finished"):
@@ -160,21 +162,22 @@ def _counts(run: Run | None, protocol: Protocol | None, split: str) -> dict | No
     the trees or hypotheses it names (`X.evalb.json` of `X.trees.txt`, `X.hyp.txt`). None where none is."""
     import json
 
+    from ablate.tasks.parsing.paired import counts_path
+
     if run is None:
         return None
-    files = run.rec.get("files") or {}
+    files = run.rec.get("files") or {}  # the run's own decode
     if protocol is not None:
         found = run.evaluated(replace(protocol, split=split))
-        same = found is not None and None in (found.protocol.steps, protocol.steps)
-        same = same or (found is not None and found.protocol.steps == protocol.steps)
-        if found is None and _last_checkpoint(run, protocol):
-            files = run.rec.get("files") or {}  # the run's own decode of its last.ckpt
-        else:
-            files = found.files if same else {}  # the same checkpoints, where both say which
+        if found is not None:  # of the same checkpoints, where both say which
+            same = None in (found.protocol.steps, protocol.steps) or found.protocol.steps == protocol.steps
+            files = found.files if same else {}
+        elif not _last_checkpoint(run, protocol):
+            files = {}
     path = files.get(f"{split}_evalb")
     named = files.get(f"{split}_trees") or files.get(f"{split}_hyp")
     if path is None and named:
-        path = named.removesuffix(".trees.txt").removesuffix(".hyp.txt") + ".evalb.json"
+        path = counts_path(Path(named)).as_posix()
     try:
         return json.loads((run.folder / path).read_text()) if path else None
     except (OSError, ValueError):
