@@ -132,6 +132,22 @@ def test_the_decide_command_trains_exactly_the_seeds_asked_for(tmp_path):
     assert looks == [Look("sim", "A1", "ppl", 3, d.needed, d.alpha)]
 
 
+def test_the_decide_command_of_one_claim_trains_its_rows_and_records_the_look_at_every_row(tmp_path):
+    """--rows E: the command trains E and base alone, at E's seeds; the look is at every undecided row,
+    since the report that showed E showed them all."""
+    coll = _collection(
+        {"base": {1: 5.0, 2: 5.2, 3: 5.1}, "A1": {1: 5.3, 2: 5.1, 3: 5.6}, "E": {1: 5.35, 2: 5.3, 3: 5.5}}
+    )
+    coll.results_dir = tmp_path
+    ds = decide(coll, [PPL])
+    assert [(d.state, d.needed) for d in ds] == [("undecided", 11), ("undecided", 8)]
+    cmd, looks = decide_command(coll, ds, [], only=["E"])
+    seeds = ",".join(map(str, range(1, ds[1].needed + 1)))
+    assert cmd == f"python -m ablate.run -m model=base,E seed={seeds}"
+    assert [lk.row for lk in looks] == ["A1", "E"]
+    assert decide_command(coll, ds, [], only=["C3"]) is None  # no undecided row asked for
+
+
 def test_a_looks_file_that_cannot_be_read_stops_the_report_in_one_line(tmp_path, capsys):
     """The alpha spent so far is in looks.jsonl: a line that is not a look stops the report, naming it,
     instead of deciding as if no look had been made."""

@@ -323,7 +323,7 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
     )
     decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
     if args.decide_command:
-        return _decide_command(an, decisions, args.results)
+        return _decide_command(an, decisions, args.results, rows)
     if args.missing_command:
         cmds = missing_commands(an, rows, args.seeds, results_dir=args.results)
         if not cmds:
@@ -383,14 +383,15 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
     return 0
 
 
-def _decide_command(an, decisions, results: str | None) -> int:
-    """The run that decides the undecided rows, on stdout; the look it makes, kept in looks.jsonl."""
+def _decide_command(an, decisions, results: str | None, rows: list[str] | None) -> int:
+    """The run that decides the undecided rows (of --rows, where given), on stdout; the look it makes at
+    every undecided row, kept in looks.jsonl."""
     from ablate.report.decide import decide_command, record_looks
     from ablate.report.missing import preset_values, run_overrides
 
     tmpl = an.coll.template()
     over = run_overrides(tmpl, results, preset_values(run_overrides(tmpl))) if tmpl else []
-    found = decide_command(an.coll, decisions, over)
+    found = decide_command(an.coll, decisions, over, rows)
     if found is None:
         print(
             "nothing to decide: every row is decided, or past the seeds a decision could take",

@@ -257,15 +257,17 @@ def seeds_for(
 
 
 def decide_command(
-    coll: Collection, decisions: list[Decision], overrides: list[str]
+    coll: Collection, decisions: list[Decision], overrides: list[str], only: Sequence[str] | None = None
 ) -> tuple[str, list[Look]] | None:
-    """The one `python -m ablate.run` that trains exactly the seeds the undecided rows need, with base's
-    beside them (the sweep skips the seeds already finished), and the looks it makes."""
+    """The one `python -m ablate.run` that trains the seeds the undecided rows (of `only`, where given:
+    one claim's rows) need, with base's beside them (the sweep skips the seeds already finished), and the
+    looks it makes. The look is at every undecided row: the report shows them all, so all were seen."""
     undecided = [d for d in decisions if d.state == "undecided" and d.needed]
-    if not undecided:
+    chosen = [d for d in undecided if only is None or d.row in only]
+    if not chosen:
         return None
-    rows = sorted({d.row for d in undecided}, key=list(coll.runs).index)
-    n = max(d.needed for d in undecided)
+    rows = sorted({d.row for d in chosen}, key=list(coll.runs).index)
+    n = max(d.needed for d in chosen)  # a Hydra sweep is a product: rows that need fewer get n too
     seeds = sorted({s for row in ["base", *rows] for s in coll.finished(row)})
     while len(seeds) < n:
         seeds.append(max(seeds, default=0) + 1)
