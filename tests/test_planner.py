@@ -11,7 +11,17 @@ from scipy import stats as sps
 
 from ablate.jobs.estimate import Estimate, Timing, estimate, makespan
 from ablate.report.collect import Collection, RowConfigs, Run
-from ablate.report.decide import Look, decide, decide_command, pooled_sd, seeds_needed, spent, tost
+from ablate.report.decide import (
+    Look,
+    decide,
+    decide_command,
+    pooled_sd,
+    read_looks,
+    record_looks,
+    seeds_needed,
+    spent,
+    tost,
+)
 from ablate.tasks import PPL
 
 MACHINE = "AMD EPYC (family 26, model 2); cpu (1 threads)"
@@ -146,6 +156,26 @@ def test_the_decide_command_of_one_claim_trains_its_rows_and_records_the_look_at
     assert cmd == f"python -m ablate.run -m model=base,E seed={seeds}"
     assert [lk.row for lk in looks] == ["A1", "E"]
     assert decide_command(coll, ds, [], only=["C3"]) is None  # no undecided row asked for
+
+
+def test_a_look_read_again_at_its_own_seeds_is_the_same_look(tmp_path):
+    """The report after a decide command, on the same records, shows the decisions the command saw (its
+    alpha is not spent twice), and a second command at those seeds writes no second look."""
+    coll = _collection({"base": {1: 5.0, 2: 5.2, 3: 5.1}, "A1": {1: 5.3, 2: 5.1, 3: 5.6}})
+    coll.results_dir = tmp_path
+    (first,) = decide(coll, [PPL])
+    _, looks = decide_command(coll, [first], [])
+    record_looks(tmp_path, looks)
+    (again,) = decide(coll, [PPL], read_looks(tmp_path))
+    assert (again.state, again.alpha, again.lo, again.hi, again.needed) == (
+        first.state, first.alpha, first.lo, first.hi, first.needed,
+    )  # fmt: skip
+    record_looks(tmp_path, decide_command(coll, [again], [])[1])
+    assert read_looks(tmp_path) == looks
+    coll.runs["base"][4] = Run({"run_id": "base-s4", "status": "finished", "metrics": {"dev_ppl": 5.1}})
+    coll.runs["A1"][4] = Run({"run_id": "A1-s4", "status": "finished", "metrics": {"dev_ppl": 5.4}})
+    (later,) = decide(coll, [PPL], read_looks(tmp_path))  # a second look spends what the first left
+    assert later.seeds == 4 and later.alpha == pytest.approx(spent(0.05, 4 / first.needed) - first.alpha)
 
 
 def test_a_looks_file_that_cannot_be_read_stops_the_report_in_one_line(tmp_path, capsys):

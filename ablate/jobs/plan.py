@@ -180,8 +180,8 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     calibration = f"{cfg.results_dir}.calibration"
     command = (
         f"python -m ablate.run {_overrides_text(cfg)} train.max_steps={MEASURE_STEPS} "
-        f"train.budget_minutes=null results_dir={calibration}"
-    )
+        f"train.budget_minutes=null train.average_last=0 results_dir={calibration}"
+    )  # a measurement of steps: no step checkpoint to average, no test split to decode
     if cfg.train.budget_minutes is not None:  # it trains for its budget, however many steps that is
         budget = cfg.train.budget_minutes
         return Estimate(budget * 60, "budget", f"train.budget_minutes={budget:g}, plus setup and evaluations")

@@ -136,10 +136,13 @@ def read_looks(results: Path) -> list[Look]:
 
 
 def record_looks(results: Path, looks: list[Look]) -> None:
-    """Append the looks a decide command makes (one line each; earlier lines are never rewritten)."""
-    if looks:
+    """Append the looks a decide command makes (one line each; earlier lines are never rewritten). A look
+    at seeds already looked at is that look again: it is not written twice."""
+    seen = {(lk.preset, lk.row, lk.metric, lk.seeds) for lk in read_looks(results)}
+    new = [lk for lk in looks if (lk.preset, lk.row, lk.metric, lk.seeds) not in seen]
+    if new:
         with open(Path(results) / LOOKS, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(asdict(look)) + "\n" for look in looks)
+            f.writelines(json.dumps(asdict(look)) + "\n" for look in new)
 
 
 @dataclass(frozen=True)
@@ -206,14 +209,18 @@ def _one(row, m, base, mine, sd, looks, preset, alpha, power, cap, delta) -> Dec
     if found is None or sd is None:
         return Decision(row, m, "not compared", None, None, None, "", alpha, n, None, n)
     before = [lk for lk in looks if (lk.preset, lk.row, lk.metric) == (preset, row, m.name)]
-    used = sum(lk.alpha for lk in before)
+    this = [lk for lk in before if lk.seeds == n]  # a look at these seeds: this one, read again
+    used = sum(lk.alpha for lk in before if lk.seeds != n)
     effect = abs(found[0])
     if before:  # the plan the first look made stands: its seeds set the information fraction
         planned = max(lk.planned for lk in before)
     else:  # a first look: it leaves alpha for one more at least
         guess = seeds_for(sd, effect, negligible, alpha, power, cap, alpha - spent(alpha, n / cap))
         planned = max(n + 1, guess or cap)
-    a = (alpha - used) if n >= planned else max(spent(alpha, n / planned) - used, 0.0)
+    if this:
+        a = this[0].alpha
+    else:
+        a = (alpha - used) if n >= planned else max(spent(alpha, n / planned) - used, 0.0)
     if a <= 0:
         return Decision(row, m, "undecided", *found[:3], found[3], 0.0, n, None, planned)
     diff, lo, hi, test = t_interval(base, mine, a)
