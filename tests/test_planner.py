@@ -12,6 +12,7 @@ from scipy import stats as sps
 from ablate.jobs.estimate import Estimate, Timing, estimate, makespan
 from ablate.report.collect import Collection, RowConfigs, Run
 from ablate.report.decide import (
+    CAP,
     Look,
     decide,
     decide_command,
@@ -143,19 +144,23 @@ def test_the_decide_command_trains_exactly_the_seeds_asked_for(tmp_path):
 
 
 def test_the_decide_command_of_one_claim_trains_its_rows_and_records_the_look_at_every_row(tmp_path):
-    """--rows E: the command trains E and base alone, at E's seeds; the look is at every undecided row,
-    since the report that showed E showed them all."""
+    """--rows E: the command trains E and base alone, at E's seeds; the look is at every undecided row
+    (C3's too, past the cap), since the report that showed E showed them all."""
     coll = _collection(
-        {"base": {1: 5.0, 2: 5.2, 3: 5.1}, "A1": {1: 5.3, 2: 5.1, 3: 5.6}, "E": {1: 5.35, 2: 5.3, 3: 5.5}}
+        {
+            "base": {1: 5.0, 2: 5.2, 3: 5.1},
+            "A1": {1: 5.3, 2: 5.1, 3: 5.6},
+            "E": {1: 5.35, 2: 5.3, 3: 5.5},
+            "C3": {1: 5.05, 2: 5.3, 3: 5.13},
+        }
     )
     coll.results_dir = tmp_path
     ds = decide(coll, [PPL])
-    assert [(d.state, d.needed) for d in ds] == [("undecided", 11), ("undecided", 8)]
+    assert [(d.state, d.needed) for d in ds] == [("undecided", 10), ("undecided", 8), ("undecided", None)]
     cmd, looks = decide_command(coll, ds, [], only=["E"])
-    seeds = ",".join(map(str, range(1, ds[1].needed + 1)))
-    assert cmd == f"python -m ablate.run -m model=base,E seed={seeds}"
-    assert [lk.row for lk in looks] == ["A1", "E"]
-    assert decide_command(coll, ds, [], only=["C3"]) is None  # no undecided row asked for
+    assert cmd == "python -m ablate.run -m model=base,E seed=1,2,3,4,5,6,7,8"
+    assert [(lk.row, lk.planned) for lk in looks] == [("A1", 10), ("E", 8), ("C3", CAP)]
+    assert decide_command(coll, ds, [], only=["C3"]) is None  # no seeds would decide it
 
 
 def test_a_look_read_again_at_its_own_seeds_is_the_same_look(tmp_path):

@@ -283,5 +283,9 @@ def decide_command(
         f"model={','.join(['base', *rows])}",
         f"seed={','.join(map(str, seeds))}",
     ]
-    looks = [Look(coll.scale or "", d.row, d.metric.name, d.seeds, d.needed, d.alpha) for d in undecided]
+    looks = [  # every undecided row was seen, those past the cap too
+        Look(coll.scale or "", d.row, d.metric.name, d.seeds, d.needed or d.planned, d.alpha)
+        for d in decisions
+        if d.state == "undecided" and d.alpha > 0
+    ]
     return " ".join([*cmd, *overrides]), looks
