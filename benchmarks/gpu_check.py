@@ -120,7 +120,11 @@ def part_learn(args) -> dict:
         return {"exit": code, "wall_s": wall, "tail": tail, "curve": [json.loads(x) for x in curve]}
     (rec,) = records(out)
     keys = ("dev_ppl", "dev_bleu")  # the test split is an evaluation of its own, not in the record
-    cpu = [r for r in records(ROOT / "reports/table3_multi30k/runs") if r["row"] == rec["row"]]
+    cpu = [
+        r
+        for r in records(ROOT / "reports/table3_multi30k/runs")
+        if r["row"] == rec["row"] and r["status"] == "finished"
+    ]
     return {
         "exit": 0,
         "wall_s": wall,

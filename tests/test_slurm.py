@@ -428,8 +428,9 @@ def test_a_one_minute_time_limit_finishes_by_itself(cluster, tmp_path, uninterru
 def test_a_two_task_job_under_a_time_limit_finishes_by_itself(cluster, tmp_path):
     """DDP (two tasks) under a 1-minute limit: the ranks agree on one step boundary to stop at before the
     limit, checkpoint there, and the job is requeued; the next allocation resumes there, until finished.
-    Up to the resume the curves are the uninterrupted run's; after it they may differ within seed noise, as
-    every rank takes rank 0's random state from the checkpoint (docs/reliability.md)."""
+    Up to the resume the curves are the uninterrupted run's, less a dev evaluation due at the stop step;
+    after it they may differ within seed noise, as every rank takes rank 0's random state from the
+    checkpoint (docs/reliability.md)."""
     common = [*TINY, "trainer.devices=2", "train.max_tokens=512", "train.max_steps=2500"]
     common.append("trainer.progress_bar=false")
     p = _run(tmp_path / "limit", *common, "hydra.launcher.timeout_min=1", "hydra.launcher.signal_delay_s=20")
@@ -444,7 +445,14 @@ def test_a_two_task_job_under_a_time_limit_finishes_by_itself(cluster, tmp_path)
     assert "auto-requeueing enabled" not in _job_logs(tmp_path / "limit")
     first_stop = lines[0]["step"]
     upto = [r for r in _curves(run) if r["step"] <= first_stop]
-    assert upto == [r for r in _curves(plain) if r["step"] <= first_stop] and len(upto) > 10
+    # a dev evaluation due at the stop step comes after its checkpoint and is not made up on resume
+    # (ablate.control.stop, docs/reliability.md): the curve lacks that one dev point, and only that one
+    due = [
+        r
+        for r in _curves(plain)
+        if r["step"] < first_stop or (r["step"] == first_stop and "dev_ppl" not in r)
+    ]
+    assert upto == due and len(upto) > 10
 
 
 def _jobs_in_sacct() -> int:
