@@ -183,6 +183,23 @@ def test_a_look_read_again_at_its_own_seeds_is_the_same_look(tmp_path):
     assert later.seeds == 4 and later.alpha == pytest.approx(spent(0.05, 4 / first.needed) - first.alpha)
 
 
+def test_a_later_look_spends_against_the_largest_plan_any_look_made():
+    """Looks at 3, 6 and 8 seeds that planned 13, 15 and 12: the look at 12 seeds is at t = 12/15 (not
+    12/12, which would spend all that is left), and spends a(0.8) less the three looks' alpha, by hand."""
+    looks = [
+        Look("sim", "A1", "ppl", n, planned, a)
+        for n, planned, a in ((3, 13, 1e-4), (6, 15, 4e-3), (8, 12, 3e-3))
+    ]
+    seeds = range(1, 13)
+    coll = _collection(
+        {"base": {s: 5.0 + 0.01 * s for s in seeds}, "A1": {s: 5.1 + 0.02 * (s % 3) for s in seeds}}
+    )
+    (d,) = decide(coll, [PPL], looks)
+    assert (d.seeds, d.planned) == (12, 15)
+    by_hand = 2 - 2 * sps.norm.cdf(1.959964 / math.sqrt(12 / 15)) - (1e-4 + 4e-3 + 3e-3)
+    assert d.alpha == pytest.approx(by_hand, abs=1e-6) and d.alpha == pytest.approx(0.02137, abs=1e-4)
+
+
 def test_a_looks_file_that_cannot_be_read_stops_the_report_in_one_line(tmp_path, capsys):
     """The alpha spent so far is in looks.jsonl: a line that is not a look stops the report, naming it,
     instead of deciding as if no look had been made."""

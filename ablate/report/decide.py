@@ -212,7 +212,7 @@ def _one(row, m, base, mine, sd, looks, preset, alpha, power, cap, delta) -> Dec
     this = [lk for lk in before if lk.seeds == n]  # a look at these seeds: this one, read again
     used = sum(lk.alpha for lk in before if lk.seeds != n)
     effect = abs(found[0])
-    if before:  # the plan the first look made stands: its seeds set the information fraction
+    if before:  # the largest plan of any look sets the information fraction (a smaller spends faster)
         planned = max(lk.planned for lk in before)
     else:  # a first look: it leaves alpha for one more at least
         guess = seeds_for(sd, effect, negligible, alpha, power, cap, alpha - spent(alpha, n / cap))
