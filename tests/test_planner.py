@@ -200,6 +200,26 @@ def test_a_later_look_spends_against_the_largest_plan_any_look_made():
     assert d.alpha == pytest.approx(by_hand, abs=1e-6) and d.alpha == pytest.approx(0.02137, abs=1e-4)
 
 
+def test_a_decided_row_keeps_its_look_when_other_rows_change_the_pooled_variance(tmp_path):
+    """A row decided at its first look has that look recorded; read again at its seeds it keeps the alpha it
+    spent, although seeds added to another row change the pooled variance (and so a first look's plan)."""
+    coll = _collection(
+        {"base": {1: 5.0, 2: 5.2, 3: 5.1}, "A1": {1: 6.0, 2: 6.3, 3: 6.1}, "E": {1: 5.35, 2: 5.3, 3: 5.5}}
+    )
+    coll.results_dir = tmp_path
+    ds = decide(coll, [PPL])
+    assert [d.state for d in ds] == ["worse", "undecided"]
+    _, looks = decide_command(coll, ds, [], only=["E"])
+    assert [(lk.row, lk.seeds, lk.alpha) for lk in looks] == [(d.row, 3, d.alpha) for d in ds]
+    record_looks(tmp_path, looks)
+    for s, (b, e) in enumerate([(5.9, 4.6), (4.4, 6.2), (6.1, 4.5)], start=4):
+        coll.runs["base"][s] = Run({"run_id": f"base-s{s}", "status": "finished", "metrics": {"dev_ppl": b}})
+        coll.runs["E"][s] = Run({"run_id": f"E-s{s}", "status": "finished", "metrics": {"dev_ppl": e}})
+    assert decide(coll, [PPL])[0].alpha != ds[0].alpha  # unrecorded, the first look's alpha would move
+    again = decide(coll, [PPL], read_looks(tmp_path))[0]
+    assert (again.state, again.alpha, again.lo, again.hi) == ("worse", ds[0].alpha, ds[0].lo, ds[0].hi)
+
+
 def test_a_looks_file_that_cannot_be_read_stops_the_report_in_one_line(tmp_path, capsys):
     """The alpha spent so far is in looks.jsonl: a line that is not a look stops the report, naming it,
     instead of deciding as if no look had been made."""

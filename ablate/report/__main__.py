@@ -385,7 +385,7 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
 
 def _decide_command(an, decisions, results: str | None, rows: list[str] | None) -> int:
     """The run that decides the undecided rows (of --rows, where given), on stdout; the look it makes at
-    every undecided row, kept in looks.jsonl."""
+    every row compared, kept in looks.jsonl."""
     from ablate.report.decide import decide_command, record_looks
     from ablate.report.missing import preset_values, run_overrides
 

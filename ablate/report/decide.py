@@ -268,7 +268,8 @@ def decide_command(
 ) -> tuple[str, list[Look]] | None:
     """The one `python -m ablate.run` that trains the seeds the undecided rows (of `only`, where given:
     one claim's rows) need, with base's beside them (the sweep skips the seeds already finished), and the
-    looks it makes. The look is at every undecided row: the report shows them all, so all were seen."""
+    looks it makes. The look is at every row compared, decided or not: the report shows them all, so all
+    were seen, and a decided row's look keeps its alpha when other rows' seeds change the pooled variance."""
     undecided = [d for d in decisions if d.state == "undecided" and d.needed]
     chosen = [d for d in undecided if only is None or d.row in only]
     if not chosen:
@@ -283,9 +284,9 @@ def decide_command(
         f"model={','.join(['base', *rows])}",
         f"seed={','.join(map(str, seeds))}",
     ]
-    looks = [  # every undecided row was seen, those past the cap too
+    looks = [  # every row was seen, decided ones and those past the cap too: each spent its alpha
         Look(coll.scale or "", d.row, d.metric.name, d.seeds, d.needed or d.planned, d.alpha)
         for d in decisions
-        if d.state == "undecided" and d.alpha > 0
+        if d.state != "not compared" and d.alpha > 0
     ]
     return " ".join([*cmd, *overrides]), looks
