@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.config import ConfigError
+from ablate.config import ConfigError, TaskConfig, schema
 
 # The tasks of the package, by the name `task=` takes; any other value is an importable `module:Class`,
 # or the name of an entry point in the group `ablate.tasks` of an installed distribution.
@@ -71,6 +71,9 @@ class Task:
     metrics: tuple[Metric, ...] = ()  # dev figures beyond perplexity; the first is its headline
     own_code: tuple[str, ...] = ()  # folders only its runs import (repository-relative, or absolute)
     tables: dict[str, str] = {}  # report command -> "module:function" (Collection -> (Table, notes))
+    # ---- its own config: a dataclass of its keys (subclassing ablate.tasks.TaskConfig), set as
+    # `task_cfg.<key>=` and read as `cfg.task_cfg.<key>`; None: it has none
+    config: type[TaskConfig] | None = None
 
     def dev_scorer(self, cfg, prepared, dm) -> Callable[[list[str], list[str]], Scored] | None:
         """A function of the decoded dev outputs and their references giving the task's figures (None:
@@ -117,6 +120,10 @@ def task_of(name: str) -> Task:
             register_source(data_name, source)
         _LOADED[name] = task
     return _LOADED[name]
+
+
+# ---- a task's own config: typed where a config is read (ablate.config.to_dataclass), by the task it names
+schema.task_config_class = lambda name: task_of(name).config
 
 
 def _load(name: str) -> Task:

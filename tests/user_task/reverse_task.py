@@ -32,7 +32,8 @@ EXACT = Metric(
 
 
 def _inputs(cfg, log) -> Inputs:
-    corpus = builtin_corpus(cfg.builtin_train, cfg.builtin_dev, cfg.builtin_test, cfg.builtin_seed)
+    d = cfg.data
+    corpus = builtin_corpus(d.builtin_train, d.builtin_dev, d.builtin_test, d.builtin_seed)
     splits = {
         name: Split(split.src, [" ".join(reversed(s.split())) for s in split.src])
         for name, split in corpus.splits.items()
