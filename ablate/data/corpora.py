@@ -385,7 +385,10 @@ def _build_locked(run: RunConfig, key: str, out: Path, log: Log) -> Prepared:
             for stale in out.parent.glob(pattern):
                 shutil.rmtree(stale, ignore_errors=True)
         t0 = time.perf_counter()
-        binarize.build(out, source(run).inputs(run, log), settings(run.data), log)
+        inputs, st = source(run).inputs(run, log), settings(run.data)
+        if inputs.vocab is not None:  # the source's own vocabulary, its size decided by the source
+            st = replace(st, model_type=inputs.vocab[0], vocab_size=inputs.vocab[1])
+        binarize.build(out, inputs, st, log)
         log(f"prepared in {time.perf_counter() - t0:,.0f} s: {out}")
     return Prepared(out)
 
