@@ -39,7 +39,7 @@ ROWS = {"right": "right_branching", "left": "left_branching", "pcfg": "pcfg"}
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ablate.baseline", description=__doc__.split("\n\n")[0])
     ap.add_argument("kind", choices=KINDS)
-    ap.add_argument("--treebank", required=True, help="<dir>/<section>/*.mrg, as data.treebank_dir")
+    ap.add_argument("--treebank", required=True, help="<dir>/<section>/*.mrg, as task_cfg.treebank_dir")
     ap.add_argument("--results", default=default_results(), help="where records go")
     ap.add_argument("--vertical", type=int, default=Markov.vertical, help="pcfg: 2 = parent annotation")
     ap.add_argument("--horizontal", type=int, default=Markov.horizontal, help="pcfg: siblings remembered")

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from ablate.config import ConfigError, DataConfig
+from ablate.config import DEFAULT_TASK, ConfigError, DataConfig, RunConfig, typed_task_cfg
 from ablate.data.corpora import prepare_corpus, source
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
@@ -53,7 +54,7 @@ def load_config(name: str, overrides: list[str]) -> DataConfig:
 
 def parse_args(argv: list[str]) -> tuple[str, list[str], str | None]:
     p = argparse.ArgumentParser(prog="python -m ablate.prepare", description=__doc__.split("\n")[0])
-    p.add_argument("overrides", nargs="*", help="data=NAME and data.KEY=VALUE overrides")
+    p.add_argument("overrides", nargs="*", help="data=NAME, data.KEY=VALUE and task_cfg.KEY=VALUE overrides")
     p.add_argument("--data", help="corpus: wmt14_en_de, multi30k, files, ... (same as data=NAME)")
     p.add_argument("--root", help="same as data.root=DIR")
     p.add_argument("--cache", help="same as data.cache_dir=DIR")
@@ -88,9 +89,12 @@ def main(argv: list[str] | None = None) -> int:
             from ablate.tasks import task_of
 
             task_of(task)  # registers the data sources it brings
-        cfg = load_config(name, overrides)
+        own = [o.removeprefix("task_cfg.") for o in overrides if o.startswith("task_cfg.")]
+        cfg = load_config(name, [o for o in overrides if not o.startswith("task_cfg.")])
         download = source(cfg).download
-        prepared = prepare_corpus(download(cfg, print) if download else cfg)
+        run = RunConfig(data=cfg, task=task or DEFAULT_TASK)
+        run.task_cfg = typed_task_cfg(run.task, OmegaConf.to_container(OmegaConf.from_dotlist(own)))
+        prepared = prepare_corpus(replace(run, data=download(run, print)) if download else run)
     except KeyboardInterrupt:  # one line: a corpus folder appears whole or not at all (binarize.build)
         print(f"[ablate] stopped: {INTERRUPTED}", file=sys.stderr, flush=True)
         return 130

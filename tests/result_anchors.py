@@ -37,16 +37,17 @@ CONFIGS = {  # task -> name -> arguments; each long enough that beam search writ
     },
     "parsing": {
         "builtin": ["experiment=wsj_parsing_builtin", "recipe=tiny", "scale=tiny", "train.max_steps=60",
-                    "decode.well_formed=true"],
+                    "task_cfg.well_formed=true"],
         # reports/table4_ptb_sample's baselines (python -m ablate.baseline): branching trees, treebank PCFG
         "right_branching": [BASELINE, "right", "--treebank", str(PTB_SAMPLE)],
         "pcfg": [BASELINE, "pcfg", "--treebank", str(PTB_SAMPLE)],
         # its recipe as its record holds it (the experiment file has changed since the anchors), the time
         # budget left out (the only figure a clock decides), dev F1 at the last step; with these keys set,
         # experiment=wsj_parsing_cpu_steps (21,000 steps, no budget) is the same configuration
-        "ptb_sample": ["experiment=wsj_parsing_cpu", f"data.treebank_dir={PTB_SAMPLE}", "train.max_steps=4",
-                       "train.lr_schedule=cosine", "train.lr_peak=0.001", "train.budget_minutes=null",
-                       "train.val_every=2", "train.checkpoint_every=2", "train.bleu_every=4",
+        "ptb_sample": ["experiment=wsj_parsing_cpu", f"task_cfg.treebank_dir={PTB_SAMPLE}",
+                       "train.max_steps=4", "train.lr_schedule=cosine", "train.lr_peak=0.001",
+                       "train.budget_minutes=null",
+                       "train.val_every=2", "train.checkpoint_every=2", "train.decode_every=4",
                        "decode.dev_limit=2", "decode.beam=4"],  # beam 21 of an untrained model: minutes
     },
 }  # fmt: skip
@@ -81,7 +82,7 @@ def fingerprint(rev: str | None, task: str, scratch: Path) -> dict:
                 f"hydra.sweep.dir={out_dir}/multirun/{name}",
                 f"hydra.run.dir={out_dir}/outputs/{name}",
             ]
-            args = ["ablate.run", *config, *COMMON, *paths]
+            args = ["ablate.run", *in_layout_of(rev, config), *COMMON, *paths]
         p = subprocess.run([sys.executable, "-m", *args], cwd=wt, env=env, capture_output=True, text=True,
                            timeout=1800)  # fmt: skip
         if p.returncode != 0:
@@ -90,6 +91,21 @@ def fingerprint(rev: str | None, task: str, scratch: Path) -> dict:
             rec = json.loads(rec_path.read_text())
             out["runs"][f"{name} {rec.get('row')}"] = _numbers(rec, rec_path.parent)
             out["code_hash"].add(rec.get("code_hash"))
+    return out
+
+
+def in_layout_of(rev: str | None, args: list[str]) -> list[str]:
+    """Command-line keys under the names revision `rev` has: a key that moved since (config.RENAMED) under
+    its old name where `rev` predates the move."""
+    if rev is None or "decode_every" in _git("show", f"{rev}:ablate/config/schema.py"):
+        return args
+    from ablate.config import RENAMED
+
+    old_name = {new: old for old, (new, _) in RENAMED.items()}
+    out = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        out.append(f"{old_name.get(key, key)}{eq}{value}")
     return out
 
 

@@ -157,7 +157,7 @@ def test_dev_bleu_is_a_curve_only_where_a_run_decoded_it_during_training():
     records = [_record("base", "base"), _record("A1", "A")]
     spec = db.report_spec(db.build_report(records, "ent", "ablate", "sw1", ""))
     assert _used(spec)["history"] == {"dev/ppl", "trainer/global_step"}
-    records[1]["config"]["train"] = {"bleu_every": 4}  # A1 decoded the dev set at every 4th evaluation
+    records[1]["config"]["train"] = {"decode_every": 4}  # A1 decoded the dev set at every 4th evaluation
     spec = db.report_spec(db.build_report(records, "ent", "ablate", "sw1", ""))
     assert _used(spec)["history"] == {"dev/ppl", "dev/bleu", "trainer/global_step"}
     grids = [

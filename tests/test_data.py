@@ -1,4 +1,5 @@
 import gzip
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -217,3 +218,42 @@ def test_vocabulary_sample_is_random_sample_of_sources_then_targets(tmp_path, n,
     cleaned = Cleaned(tmp_path / "train.src", tmp_path / "train.tgt", lines=n, pairs=n)
     expected = random.Random(3).sample(src + tgt, k) if k < 2 * n else src + tgt
     assert vocab_sentences(cleaned, k, seed=3) == expected
+
+
+def test_a_task_of_the_data_api_with_its_own_character_vocabulary_trains(tmp_path):
+    """tests/user_task2 (docs/tasks.md's second example): its splits as plain pairs, its vocabulary one
+    piece per character, sized before training (10 digits, '+', the space and 4 special pieces: 16), and a
+    lower-is-better CER that the record holds as an independent count of its dev outputs gives it."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    user = Path(__file__).resolve().parent / "user_task2"
+    env = {**os.environ, "PYTHONPATH": str(user), "ABLATE_CACHE": str(tmp_path / "cache")}
+    args = [f"hydra.searchpath=[file://{user}/conf]", "experiment=digits", "trainer=cpu", "trainer.threads=1",
+            "logger=none", f"results_dir={tmp_path / 'results'}", "train.max_steps=6", "train.val_every=3",
+            f"hydra.run.dir={tmp_path / 'out'}", "trainer.progress_bar=false"]  # fmt: skip
+    p = subprocess.run([sys.executable, "-m", "ablate.run", *args], env=env, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "vocabulary: the task's own, char, 16 pieces" in p.stdout + p.stderr
+    (rec_path,) = (tmp_path / "results").rglob("record.json")
+    rec = json.loads(rec_path.read_text())
+    assert rec["status"] == "finished" and rec["config"]["task_cfg"]["train_pairs"] == 300
+    (meta,) = (tmp_path / "cache" / "data").glob("*/meta.json")
+    assert json.loads(meta.read_text())["vocab_size"] == 16
+    refs = (meta.parent / "dev.tgt.txt").read_text().splitlines()
+    hyps = (rec_path.parent / "dev.hyp.txt").read_text().splitlines()
+    edits = [_levenshtein(h.replace(" ", ""), r.replace(" ", "")) for h, r in zip(hyps, refs, strict=True)]
+    expected = 100.0 * sum(edits) / sum(len(r.replace(" ", "")) for r in refs)
+    assert abs(rec["metrics"]["dev_cer"] - expected) < 1e-9
+
+
+def _levenshtein(a: str, b: str) -> int:
+    """The edit distance by the full table (an independent path from the task's rolling row)."""
+    d = [[i + j if i * j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+    return d[len(a)][len(b)]

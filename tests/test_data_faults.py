@@ -67,9 +67,9 @@ def edit_in_place(path: Path) -> None:
 def test_an_edited_training_file_gives_a_new_corpus_key_and_a_new_run_id(tmp_path):
     keys = write_corpus(tmp_path / "in")
     cfg = run_cfg(tmp_path, *files_overrides(keys))
-    key, rid = corpora.corpus_cache_key(cfg.data), identity.run_id(cfg)
+    key, rid = corpora.corpus_cache_key(cfg), identity.run_id(cfg)
     edit_in_place(Path(keys["train_src"]))
-    assert corpora.corpus_cache_key(cfg.data) != key
+    assert corpora.corpus_cache_key(cfg) != key
     assert identity.run_id(cfg) != rid
     assert "data.fingerprint" in identity.identity_dict(cfg)
 
@@ -77,10 +77,10 @@ def test_an_edited_training_file_gives_a_new_corpus_key_and_a_new_run_id(tmp_pat
 def test_touch_alone_keeps_the_corpus_key_and_the_run_id(tmp_path):
     keys = write_corpus(tmp_path / "in")
     cfg = run_cfg(tmp_path, *files_overrides(keys))
-    key, rid = corpora.corpus_cache_key(cfg.data), identity.run_id(cfg)
+    key, rid = corpora.corpus_cache_key(cfg), identity.run_id(cfg)
     st = os.stat(keys["dev_tgt"])
     os.utime(keys["dev_tgt"], ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
-    assert corpora.corpus_cache_key(cfg.data) == key
+    assert corpora.corpus_cache_key(cfg) == key
     assert identity.run_id(cfg) == rid
 
 
@@ -109,11 +109,11 @@ def test_an_edited_treebank_file_gives_a_new_corpus_key_and_run_id(tmp_path):
     for section in [f"{i:02d}" for i in range(2, 24)]:
         (tb / section).mkdir(parents=True)
         (tb / section / f"wsj_{section}00.mrg").write_text("( (S (NP (DT The) (NN cat)) (VP (VBD sat))) )\n")
-    cfg = run_cfg(tmp_path, "data=wsj", f"data.treebank_dir={tb}")
-    key, rid = corpora.corpus_cache_key(cfg.data), identity.run_id(cfg)
+    cfg = run_cfg(tmp_path, "data=wsj", "task=parsing", f"task_cfg.treebank_dir={tb}")
+    key, rid = corpora.corpus_cache_key(cfg), identity.run_id(cfg)
     edit = tb / "05" / "wsj_0500.mrg"
     edit.write_text(edit.read_text().replace("cat", "dog"))
-    assert corpora.corpus_cache_key(cfg.data) != key
+    assert corpora.corpus_cache_key(cfg) != key
     assert identity.run_id(cfg) != rid
     (tb / "07" / "wsj_0701.mrg").write_text("( (S (NP (PRP It)) (VP (VBZ is))) )\n")  # a file added
     assert identity.run_id(cfg) not in (rid,)

@@ -1,4 +1,4 @@
-"""decode.well_formed (ablate/tasks/parsing/constrain.py): the search writes only well-formed trees with one
+"""task_cfg.well_formed (ablate/tasks/parsing/constrain.py): the search writes only well-formed trees with one
 leaf per source word. Checked both ways, in every target language: every gold tree is allowed piece by piece
 (the constraint never rules out a right answer), and a search over arbitrary scores, greedy or beam, with room
 to spare or with the output cap at the flat tree's length, writes only trees that the reader takes

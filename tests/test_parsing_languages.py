@@ -85,9 +85,9 @@ def test_the_cpu_recipe_learns_a_parser_on_the_sample(ptb_sample_dir, tmp_path):
     """experiment=wsj_parsing_cpu for 2,000 steps (about 5 minutes on 2 cores): its vocabulary,
     learned on its own training text, keeps every bracket label a piece of its own, its dev F1 is well
     above that of one flat tree per sentence, computed here from the gold trees of section 22, and its
-    search (decode.well_formed) leaves the reader nothing to repair."""
+    search (task_cfg.well_formed) leaves the reader nothing to repair."""
     cmd = [sys.executable, "-m", "ablate.run", "experiment=wsj_parsing_cpu",
-           f"data.treebank_dir={ptb_sample_dir}", "train.max_steps=2000", "train.bleu_every=0",
+           f"task_cfg.treebank_dir={ptb_sample_dir}", "train.max_steps=2000", "train.decode_every=0",
            "trainer.threads=2", "trainer.progress_bar=false",
            "logger=none", f"results_dir={tmp_path}/r", f"data.cache_dir={tmp_path}/c"]  # fmt: skip
     p = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ), capture_output=True, text=True, timeout=900)
@@ -100,7 +100,7 @@ def test_the_cpu_recipe_learns_a_parser_on_the_sample(ptb_sample_dir, tmp_path):
     floor = evalb(gold, flat).summary().fmeasure
     assert m["f1_flat"] == pytest.approx(floor)
     assert m["f1"] >= 1.5 * floor, (m["f1"], floor)
-    assert m["n_repaired"] == 0  # decode.well_formed: every output is a tree over the sentence's words
+    assert m["n_repaired"] == 0  # task_cfg.well_formed: every output is a tree over the sentence's words
 
     (prepared,) = (tmp_path / "c" / "data").glob("*/train.tgt.txt")
     _labels_are_pieces(prepared)

@@ -7,11 +7,12 @@ import os
 import shutil
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from ablate.config import ConfigError, DataConfig
+from ablate.config import ConfigError, DataConfig, RunConfig
 from ablate.data.treebank.corpus import (
     ParsingCorpus,
     constituents,
@@ -26,6 +27,7 @@ from ablate.data.treebank.corpus import (
 from ablate.data.treebank.linearize import delinearize, linearize
 from ablate.data.treebank.tree import clean, parse_bracketed, read_mrg, to_string, words
 from ablate.data.treebank.wsj import TRAIN_SECTIONS
+from ablate.tasks.parsing import ParsingConfig
 from ablate.tasks.parsing.score import parsing_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,9 +46,12 @@ def treebank(tmp_path) -> Path:
     return root
 
 
-def _cfg(tmp_path: Path, **kw) -> DataConfig:
+def _cfg(tmp_path: Path, **kw) -> RunConfig:
+    """A parsing run's config: the parsing task's own keys (ParsingConfig) in task_cfg, the rest in data."""
     kw.setdefault("tgt_lang", "tree")
-    return DataConfig(name=kw.pop("name", "wsj"), cache_dir=str(tmp_path / "cache"), **kw)
+    own = {k: kw.pop(k) for k in [f.name for f in fields(ParsingConfig)] if k in kw}
+    data = DataConfig(name=kw.pop("name", "wsj"), cache_dir=str(tmp_path / "cache"), **kw)
+    return RunConfig(data=data, task="parsing", task_cfg=ParsingConfig(**own))
 
 
 def _fixture_trees(section: str) -> list:
@@ -114,7 +119,7 @@ def test_constituent_pairs_add_training_pairs_only(tmp_path, treebank):
 
 
 def test_missing_treebank_is_a_clear_error(tmp_path):
-    with pytest.raises(ConfigError, match="data.treebank_dir"):
+    with pytest.raises(ConfigError, match="task_cfg.treebank_dir"):
         parsing_corpus(_cfg(tmp_path))
     with pytest.raises(ConfigError, match="no such folder"):
         parsing_corpus(_cfg(tmp_path, treebank_dir=str(tmp_path / "nope")))
@@ -184,7 +189,7 @@ def test_experiment_configs():
         assert p.returncode == 0, p.stderr[-2000:]
         return p.stdout
 
-    paper = job("experiment=wsj_parsing", "data.treebank_dir=/ptb/wsj")
+    paper = job("experiment=wsj_parsing", "task_cfg.treebank_dir=/ptb/wsj")
     for line in (
         "n_layers: 4",
         "d_model: 1024",
@@ -204,7 +209,7 @@ def test_experiment_configs():
     for line in ("name: cpu_parsing", "treebank_builtin: true", "beam: 4", "d_model: 1024"):
         assert line in builtin, line
     assert "name: tiny" in job("experiment=wsj_parsing_builtin", "scale=tiny", "recipe=tiny")
-    cpu = job("experiment=wsj_parsing_cpu", "data.treebank_dir=/ptb/sample")
+    cpu = job("experiment=wsj_parsing_cpu", "task_cfg.treebank_dir=/ptb/sample")
     for line in ("tgt_lang: tree_words", "constituent_pairs: true", "vocab_size: 4000", "max_steps: 30000",
                  "lr_schedule: cosine", "budget_minutes: 55", "well_formed: true", "beam: 21"):  # fmt: skip
         assert line in cpu, line

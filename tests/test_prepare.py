@@ -386,8 +386,8 @@ def test_a_source_a_task_brings_is_prepared_by_the_command_with_its_task(tmp_pat
     import sys
 
     user = Path(__file__).resolve().parent / "user_task"
-    args = ["data=reverse", "data.builtin_train=300", "data.builtin_dev=20", "data.builtin_test=20",
-            "data.vocab_size=200", f"data.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    args = ["data=reverse", "task_cfg.train_pairs=300", "task_cfg.dev_pairs=20", "task_cfg.test_pairs=20",
+            "data.vocab_size=100", f"data.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
     alone = subprocess.run(
         [sys.executable, "-m", "ablate.prepare", *args], capture_output=True, text=True, timeout=120
     )
@@ -398,7 +398,14 @@ def test_a_source_a_task_brings_is_prepared_by_the_command_with_its_task(tmp_pat
     monkeypatch.syspath_prepend(str(user))
     assert main(["task=reverse_task:ReverseTask", *args]) == 0
     printed = Path(capsys.readouterr().out.strip().splitlines()[-1])
-    assert corpora.prepare_corpus(load_config("reverse", args[1:]), lambda m: None).root == printed
+    from dataclasses import asdict
+
+    from ablate.config import to_dataclass
+
+    data = asdict(load_config("reverse", [a for a in args[1:] if a.startswith("data.")]))
+    own = {"train_pairs": 300, "dev_pairs": 20, "test_pairs": 20}
+    run = to_dataclass({"task": "reverse_task:ReverseTask", "data": data, "task_cfg": own})
+    assert corpora.prepare_corpus(run, lambda m: None).root == printed
     assert (printed / "train.tgt.txt").read_text().split("\n")[0] == " ".join(
         reversed((printed / "train.src.txt").read_text().split("\n")[0].split())
     )

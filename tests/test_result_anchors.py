@@ -94,3 +94,70 @@ def test_every_anchor_holds(tmp_path):
     finally:
         subprocess.run(["git", "worktree", "prune"], cwd=ROOT, check=False)
     assert not problems, "\n".join(problems)
+
+
+COMMITTED = sorted(ROOT.glob("reports/*/runs*/**/record.json"))
+RECORDED_DATA = {"/work/shared/data/multi30k": MULTI30K, "/work/shared/data/ptb_sample": PTB_SAMPLE}
+
+
+@pytest.mark.skipif(
+    not all(Path(p).is_dir() for p in RECORDED_DATA), reason="needs the records' corpora where they were read"
+)
+def test_every_committed_record_keeps_its_run_id_and_reads_current():
+    """Each committed record's id, recomputed from its config as written (keys of an earlier layout, such
+    as data.treebank_dir and train.bleu_every) through the migration (config.RENAMED), is its folder's; its
+    config reads in the current layout, the parsing task's keys typed by its own dataclass. A baseline's id
+    is a hash of its own config, as written."""
+    import hashlib
+    import json
+
+    from ablate.config import RENAMED, to_dataclass
+    from ablate.records import identity, store
+    from ablate.tasks.parsing import ParsingConfig
+
+    assert len(COMMITTED) >= 87
+    moved = 0
+    for path in COMMITTED:
+        written = json.loads(path.read_text())["config"]
+        if "baseline" in written:
+            digest = hashlib.sha256(json.dumps(written, sort_keys=True).encode()).hexdigest()[:12]
+            assert f"{path.parent.parent.name}-{digest}" == path.parent.name, path
+            continue
+        cfg = to_dataclass(store.read_record(path)["config"])
+        assert identity.run_id(cfg) == path.parent.name, path
+        assert identity.run_id(to_dataclass(written)) == path.parent.name, path  # migrated by to_dataclass
+        assert cfg.train.decode_every == written["train"]["bleu_every"]
+        if written.get("task") == "parsing":
+            assert isinstance(cfg.task_cfg, ParsingConfig), path
+            assert cfg.task_cfg.treebank_dir == written["data"]["treebank_dir"]
+            assert cfg.task_cfg.well_formed == written["decode"]["well_formed"]
+            moved += any(
+                written[old.split(".")[0]].get(old.split(".")[1]) not in (None, False, 0) for old in RENAMED
+            )
+    assert moved >= 4  # the migration is what keeps these ids: they set moved keys
+
+
+@pytest.mark.parametrize(
+    ("command", "committed"),
+    [
+        (["experiment=wsj_parsing_cpu_steps", "seed=1"], "parsing-b982fdae0b1f-s1"),
+        (["experiment=wsj_parsing_cpu", "seed=1"], "parsing-cf0904a3bf62-s1"),
+    ],
+)
+def test_a_committed_parsing_run_configured_with_the_new_keys_is_found_as_it_was(command, committed):
+    """The same run, composed today (task_cfg.treebank_dir, task_cfg.well_formed, train.decode_every from
+    its experiment), names the committed run's folder: it is found finished, not trained again."""
+    if not PTB_SAMPLE.is_dir() or str(PTB_SAMPLE) != "/work/shared/data/ptb_sample":
+        pytest.skip("needs the Penn Treebank sample where the committed runs read it")
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config import register_configs, to_dataclass
+    from ablate.records.identity import run_id
+    from ablate.tasks.parsing import ParsingConfig
+
+    register_configs()
+    with initialize_config_dir(str(ROOT / "conf"), version_base="1.3"):
+        cfg = to_dataclass(compose("config", overrides=[*command, f"task_cfg.treebank_dir={PTB_SAMPLE}"]))
+    assert isinstance(cfg.task_cfg, ParsingConfig) and cfg.task_cfg.well_formed
+    assert run_id(cfg) == committed
+    assert (ROOT / "reports/table4_ptb_sample/runs/parsing" / committed).is_dir()

@@ -140,7 +140,7 @@ def worker_main(cfg_path: str) -> None:
     task_of(cfg.task)  # a fresh process: the task's data sources register as the launching process's did
     faults.check_start(cfg.model.name)
     gpu_pool.bound_memory()  # hydra.launcher.jobs_per_device > 1: this job's share of each GPU
-    run_worker(cfg, prepare_corpus(cfg.data))
+    run_worker(cfg, prepare_corpus(cfg))
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from ablate.config.schema import (
     DEFAULT_TASK,
     MIN_VOCAB,
     PAPER_BASE,
+    RENAMED,
     ArchConfig,
     ConfigError,
     DataConfig,
@@ -40,18 +41,22 @@ from ablate.config.schema import (
     ModelConfig,
     RunConfig,
     ScaleConfig,
+    TaskConfig,
     TrainConfig,
     TrainerConfig,
     default_results,
     flat_fields,
+    migrate,
     register_configs,
     to_dataclass,
+    typed_task_cfg,
 )
 from ablate.config.validate import validate
 
 __all__ = [
     "DEFAULT_TASK", "MIN_VOCAB", "PAPER_BASE", "ArchConfig", "ConfigError", "DataConfig",
-    "DecodeConfig", "LoggerConfig", "ModelConfig", "RunConfig", "ScaleConfig", "TrainConfig", "TrainerConfig",
+    "DecodeConfig", "LoggerConfig", "ModelConfig", "RENAMED", "RunConfig", "ScaleConfig", "TaskConfig",
+    "TrainConfig", "TrainerConfig", "migrate", "typed_task_cfg",
     "accumulation", "check_row_meaning", "default_results", "effective_model", "flat_fields", "paper_model",
     "preset_name", "register_configs", "row_arch", "step_tokens", "to_dataclass", "total_steps", "validate",
     "varied",

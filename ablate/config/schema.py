@@ -4,11 +4,13 @@ config back)."""
 
 from __future__ import annotations
 
+import copy
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, ValidationError
 
 DEFAULT_TASK = "translation"  # the paper's; a record without a `task` field is of this task too
 
@@ -98,11 +100,6 @@ class DataConfig:
     # again with each merge dropped with this probability; dev/test and decoding keep the deterministic one
     bpe_dropout: float = 0.0
     bpe_dropout_sides: str = "both"  # both | src (the target side keeps the segmentation it is tested on)
-    # data=wsj (parsing, 6.3): PTB WSJ trees <treebank_dir>/<section>/*.mrg (train 02-21, dev 22, test 23)
-    treebank_dir: str | None = None
-    treebank_builtin: bool = False  # instead: write the built-in treebank (builtin_* sizes) into cache_dir
-    silver_trees: str | None = None  # data.name=wsj_semi: extra training trees, one bracketed tree a line
-    constituent_pairs: bool = False  # also each training tree's constituents of 2+ words as pairs (not paper)
 
 
 @dataclass
@@ -123,7 +120,8 @@ class TrainConfig:
     # depends on the machine's speed: such a run is not bit-reproducible on another machine.
     budget_minutes: float | None = None
     val_every: int = 1000  # optimizer steps between dev evaluations
-    bleu_every: int = 0  # decode the dev set every N evaluations during training (0: only at the end)
+    # decode the dev set every N evaluations during training, for the task's metrics (0: only at the end)
+    decode_every: int = 0
     checkpoint_every: int = 1000  # optimizer steps between checkpoints
     keep_checkpoints: int = 5  # newest step checkpoints kept (5 for base, 20 for big: checkpoint averaging)
     average_last: int = 0  # average the last N checkpoints at the end (Table 3 used none)
@@ -139,7 +137,6 @@ class DecodeConfig:
     max_len_a: float = 1.0  # max output length = a * input length + b (6.1: input + 50)
     max_len_b: int = 50
     dev_limit: int | None = None  # decode only the first N dev sentences (None: all)
-    well_formed: bool = False  # task=parsing: only well-formed trees over the source (parsing/constrain.py)
 
 
 @dataclass
@@ -172,6 +169,11 @@ class LoggerConfig:
 
 
 @dataclass
+class TaskConfig:
+    """A task's own keys (`task_cfg.*`): a task's `config` subclasses it; a task without keys has this."""
+
+
+@dataclass
 class RunConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     scale: ScaleConfig = field(default_factory=ScaleConfig)
@@ -184,24 +186,97 @@ class RunConfig:
     base: ArchConfig = field(default_factory=ArchConfig)  # the recipe's base architecture
     seed: int = 1
     task: str = DEFAULT_TASK  # a task of ablate.tasks.BUILTIN, an entry point, or an importable module:Class
+    # the task's own keys: its `Task.config` dataclass once typed (`to_dataclass`), a mapping as composed
+    task_cfg: Any = field(default_factory=lambda: TaskConfig())
     results_dir: str = "${oc.env:ABLATE_RESULTS,results}"  # where run folders and records go
     sweep_name: str | None = None  # set by the launcher; W&B group
     resume: bool = True  # same identity: skip if finished, resume if interrupted
     experiment: str | None = None
 
 
+# Keys that moved, by their old name: its new name, and the value a config left it at. A record keeps the
+# names it was written with: `migrate` reads it in the current layout (a value left at the default is
+# dropped: the new layout's default is the same), and a run's identity hashes the old names
+# (records.identity), so that every run keeps its id.
+RENAMED: dict[str, tuple[str, Any]] = {
+    "train.bleu_every": ("train.decode_every", 0),
+    "data.treebank_dir": ("task_cfg.treebank_dir", None),
+    "data.treebank_builtin": ("task_cfg.treebank_builtin", False),
+    "data.silver_trees": ("task_cfg.silver_trees", None),
+    "data.constituent_pairs": ("task_cfg.constituent_pairs", False),
+    "decode.well_formed": ("task_cfg.well_formed", False),
+}
+
+
+def migrate(config: dict[str, Any]) -> dict[str, Any]:
+    """A config (a record's, a composed one) in the current layout: the keys of RENAMED under their new
+    names. A copy; a config in the current layout comes back equal."""
+    out = copy.deepcopy(config)
+    for old, (new, default) in RENAMED.items():
+        group, key = old.split(".")
+        node = out.get(group)
+        if not isinstance(node, dict) or key not in node:
+            continue
+        value = node.pop(key)
+        new_group, new_key = new.split(".")
+        if value != default:
+            out.setdefault(new_group, {}).setdefault(new_key, value)
+    return out
+
+
+# The dataclass of a task's own keys, by task name (None: a task without keys). ablate.tasks sets it: a
+# task is loaded by name in a layer above this one.
+task_config_class: Callable[[str], type | None] | None = None
+
+
+def typed_task_cfg(task: str, given: Any) -> Any:
+    """`task_cfg` as the task's dataclass: the keys given over its defaults, each checked against its type;
+    an unknown key or a bad value is refused in one line naming `task_cfg.<key>`."""
+    if isinstance(given, TaskConfig):
+        return given
+    given = dict(given or {})
+    if task_config_class is None:  # ablate.tasks not imported: nothing here knows the task's keys yet
+        return given
+    try:
+        cls = task_config_class(task)
+    except ValueError:  # a task that does not load: refused where a run starts; a record reads as written
+        return given
+    cls = cls or TaskConfig
+    known = [f.name for f in fields(cls)]
+    for key in given:
+        if key not in known:
+            keys = ", ".join(known) or "it has no keys of its own"
+            raise ConfigError(f"task_cfg.{key}: not a key of task={task} ({keys})")
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), given))
+    except ValidationError as e:
+        key = e.full_key or next(iter(given), "")
+        raise ConfigError(
+            f"task_cfg.{key}={given.get(key)!r}: {str(e.msg).splitlines()[0]} (task={task})"
+        ) from None
+
+
 def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
-    cs = ConfigStore.instance()
-    cs.store(name="schema", node=RunConfig)
+    node = OmegaConf.structured(RunConfig)
+    node.task_cfg = {}
+    OmegaConf.set_struct(node.task_cfg, False)  # a task's own keys are typed once the task is known
+    ConfigStore.instance().store(name="schema", node=node)
 
 
-def to_dataclass(cfg: DictConfig | RunConfig) -> RunConfig:
+def to_dataclass(cfg: DictConfig | dict | RunConfig) -> RunConfig:
+    """The typed config of a composed or recorded one (an earlier layout migrated), the task's own keys
+    typed by its `config` dataclass."""
     if isinstance(cfg, RunConfig):
+        cfg.task_cfg = typed_task_cfg(cfg.task, cfg.task_cfg)
         return cfg
-    obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), cfg))
+    plain = OmegaConf.to_container(cfg) if isinstance(cfg, DictConfig) else cfg
+    plain = migrate(dict(plain))
+    given = plain.pop("task_cfg", None)
+    obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), plain))
     assert isinstance(obj, RunConfig)
+    obj.task_cfg = typed_task_cfg(obj.task, given)
     return obj
 
 

@@ -68,6 +68,7 @@ class Inputs:
     corpus_key: str  # names the content: the vocabulary is cached under it
     meta: dict = field(default_factory=dict)  # more meta.json entries (where the text came from)
     write_extras: Callable[[Path], None] | None = None  # more files for the folder (parsing: gold trees)
+    vocab: tuple[str, int] | None = None  # a vocabulary of the source's own: (sentencepiece model type, size)
 
 
 # ----------------------------------------------------------------------------------------------------------

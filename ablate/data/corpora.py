@@ -17,11 +17,11 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, is_dataclass, replace
 from functools import partial
 from pathlib import Path
 
-from ablate.config import ConfigError, DataConfig
+from ablate.config import RENAMED, ConfigError, DataConfig, RunConfig
 from ablate.data import binarize, degenerate, fingerprint, sources, wmt14
 from ablate.data.sources import SPLITS, PairSource
 from ablate.data.tokenizer import file_lock
@@ -91,29 +91,36 @@ def is_prepared(folder: Path) -> bool:
 
 @dataclass(frozen=True)
 class Source:
-    """How one data.name is read. inputs: the text for the builder (reads, and may download). fingerprint:
-    the content of the files it reads that the code does not pin (local files, a treebank), cheap
-    (ablate.data.fingerprint), or None when there are none. identity: for the cache key, what besides the
-    config decides the content (the fingerprint, the generator's code, the release). download: what
-    `python -m ablate.prepare` fetches first, for a source training does not download itself; it returns
-    the config that points at the files."""
+    """How one data.name is read, each a function of the run's config (its `data` and its task's
+    `task_cfg`). inputs: the text for the builder (reads, and may download). fingerprint: the content of the
+    files it reads that the code does not pin (local files, a treebank), cheap (ablate.data.fingerprint),
+    or None when there are none. identity: for the cache key, what besides the config decides the content
+    (the fingerprint, the generator's code, the release). download: what `python -m ablate.prepare`
+    fetches first, for a source training does not download itself; it returns the data config that points
+    at the files."""
 
-    inputs: Callable[[DataConfig, Log], binarize.Inputs]
-    fingerprint: Callable[[DataConfig], str | None] = lambda cfg: None
-    identity: Callable[[DataConfig], dict] | None = None  # default: {"fingerprint": ...} when there is one
-    download: Callable[[DataConfig, Log], DataConfig] | None = None
+    inputs: Callable[[RunConfig, Log], binarize.Inputs]
+    fingerprint: Callable[[RunConfig], str | None] = lambda cfg: None
+    identity: Callable[[RunConfig], dict] | None = None  # default: {"fingerprint": ...} when there is one
+    download: Callable[[RunConfig, Log], DataConfig] | None = None
+
+
+def run_config(cfg: RunConfig | DataConfig) -> RunConfig:
+    """A run's config; a data config alone is a translation run's (its task has no keys of its own)."""
+    return cfg if isinstance(cfg, RunConfig) else RunConfig(data=cfg)
 
 
 # ----------------------------------------------------------------------------------------------------------
 # The sources
 
 
-def _builtin_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
+def _builtin_inputs(run: RunConfig, log: Log) -> binarize.Inputs:
+    cfg = run.data
     corpus = sources.builtin_corpus(cfg.builtin_train, cfg.builtin_dev, cfg.builtin_test, cfg.builtin_seed)
     return binarize.Inputs(corpus.splits, corpus.key)
 
 
-def _builtin_identity(cfg: DataConfig) -> dict:
+def _builtin_identity(run: RunConfig) -> dict:
     from ablate.data import builtin
 
     return {"code": hashlib.sha256(Path(builtin.__file__).read_bytes()).hexdigest()[:16]}
@@ -146,8 +153,8 @@ def _file_inputs(pairs: dict[str, PairSource]) -> binarize.Inputs:
     return binarize.Inputs({split: [pair] for split, pair in pairs.items()}, key)
 
 
-def _files_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
-    pairs = _local_pairs(cfg)
+def _files_inputs(run: RunConfig, log: Log) -> binarize.Inputs:
+    pairs = _local_pairs(run.data)
     if "train" not in pairs or "dev" not in pairs:
         raise ConfigError("data=files needs data.train_src/train_tgt and data.dev_src/dev_tgt")
     return _file_inputs(pairs)
@@ -162,11 +169,13 @@ def _multi30k_root(cfg: DataConfig) -> str:
     return cfg.root
 
 
-def _multi30k_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
+def _multi30k_inputs(run: RunConfig, log: Log) -> binarize.Inputs:
+    cfg = run.data
     return _file_inputs(sources.multi30k_pairs(_multi30k_root(cfg), cfg.src_lang, cfg.tgt_lang))
 
 
-def _multi30k_fingerprint(cfg: DataConfig) -> str | None:
+def _multi30k_fingerprint(run: RunConfig) -> str | None:
+    cfg = run.data
     try:
         pairs = sources.multi30k_pairs(cfg.root, cfg.src_lang, cfg.tgt_lang) if cfg.root else {}
     except sources.DataError:  # reported when the corpus is built
@@ -174,8 +183,9 @@ def _multi30k_fingerprint(cfg: DataConfig) -> str | None:
     return _pairs_fingerprint(pairs, cfg)
 
 
-def _multi30k_download(cfg: DataConfig, log: Log) -> DataConfig:
+def _multi30k_download(run: RunConfig, log: Log) -> DataConfig:
     """Fetch the raw files into data.root (default <cache>/raw/multi30k) when it is absent or empty."""
+    cfg = run.data
     default = Path(cfg.cache_dir) / "raw" / "multi30k"
     root = Path(cfg.root) if cfg.root else default
     langs = (cfg.src_lang, cfg.tgt_lang)
@@ -186,10 +196,11 @@ def _multi30k_download(cfg: DataConfig, log: Log) -> DataConfig:
     return replace(cfg, root=str(root))
 
 
-def _wmt14_inputs(spec: wmt14.Spec, cfg: DataConfig, log: Log) -> binarize.Inputs:
+def _wmt14_inputs(spec: wmt14.Spec, run: RunConfig, log: Log) -> binarize.Inputs:
     """The release's files (downloaded and verified into data.root, default <cache>/raw/<name>), with
     data.{split}_src/_tgt in place of a split's files. Its Common Crawl part holds undecodable lines:
     dropped and counted, in local replacements too."""
+    cfg = run.data
     local = _local_pairs(cfg)
     splits = {split: [replace(pair, drop_bad_utf8=True)] for split, pair in local.items()}
     from_spec = {p.split for p in spec.parts} - set(local)
@@ -207,7 +218,8 @@ def _wmt14_inputs(spec: wmt14.Spec, cfg: DataConfig, log: Log) -> binarize.Input
     return binarize.Inputs(splits, key, meta)
 
 
-def _wmt14_identity(spec: wmt14.Spec, cfg: DataConfig) -> dict:
+def _wmt14_identity(spec: wmt14.Spec, run: RunConfig) -> dict:
+    cfg = run.data
     local = _pairs_fingerprint(_local_pairs(cfg), cfg)  # none: the key of a corpus prepared before stays
     return {"release": spec.key(cfg.src_lang, cfg.tgt_lang), **({"fingerprint": local} if local else {})}
 
@@ -216,23 +228,24 @@ def wmt14_source(spec: wmt14.Spec) -> Source:
     """The release is pinned by its checksums (spec.key): only local replacement files are fingerprinted."""
     return Source(
         partial(_wmt14_inputs, spec),
-        lambda cfg: _pairs_fingerprint(_local_pairs(cfg), cfg),
+        lambda run: _pairs_fingerprint(_local_pairs(run.data), run.data),
         partial(_wmt14_identity, spec),
     )
 
 
-def _parsing_inputs(cfg: DataConfig, log: Log) -> binarize.Inputs:
+def _parsing_inputs(cfg: RunConfig, log: Log) -> binarize.Inputs:
     from ablate.data.treebank.corpus import parsing_corpus
 
     corpus = parsing_corpus(cfg)
     return binarize.Inputs(corpus.splits, corpus.key, write_extras=corpus.write_extras)
 
 
-def _parsing_fingerprint(cfg: DataConfig) -> str | None:
-    """The treebank's .mrg files of sections 02-23 by (section/name, content), and data.silver_trees. The
-    built-in treebank is generated from the config: nothing to fingerprint."""
+def _parsing_fingerprint(run: RunConfig) -> str | None:
+    """The treebank's .mrg files of sections 02-23 by (section/name, content), and task_cfg.silver_trees.
+    The built-in treebank is generated from the config: nothing to fingerprint."""
     from ablate.data.treebank.wsj import SPLITS as SECTIONS
 
+    cfg = run.task_cfg
     named: list[tuple[str, str | Path]] = []
     if cfg.treebank_dir and not cfg.treebank_builtin:
         root = Path(cfg.treebank_dir).expanduser()
@@ -241,16 +254,16 @@ def _parsing_fingerprint(cfg: DataConfig) -> str | None:
             named += [(f"{section}/{p.name}", p) for p in files]
     if cfg.silver_trees:
         named.append(("silver", cfg.silver_trees))
-    return fingerprint.files_fingerprint(named, cfg.cache_dir) if named else None
+    return fingerprint.files_fingerprint(named, run.data.cache_dir) if named else None
 
 
 SOURCES: dict[str, Source] = {
     "builtin": Source(_builtin_inputs, identity=_builtin_identity),
-    "files": Source(_files_inputs, lambda cfg: _pairs_fingerprint(_local_pairs(cfg), cfg)),
+    "files": Source(_files_inputs, lambda run: _pairs_fingerprint(_local_pairs(run.data), run.data)),
     "multi30k": Source(_multi30k_inputs, _multi30k_fingerprint, download=_multi30k_download),
     "wmt14_en_de": wmt14_source(wmt14.WMT14_EN_DE),
     "wsj": Source(_parsing_inputs, _parsing_fingerprint),  # parsing (6.3): the WSJ treebank as parallel text
-    "wsj_semi": Source(_parsing_inputs, _parsing_fingerprint),  # and with data.silver_trees added to training
+    "wsj_semi": Source(_parsing_inputs, _parsing_fingerprint),  # and task_cfg.silver_trees added to training
 }
 
 
@@ -261,26 +274,28 @@ def register_source(name: str, src: Source) -> None:
     SOURCES[name] = src
 
 
-def source(cfg: DataConfig) -> Source:
-    if cfg.name not in SOURCES:
+def source(cfg: RunConfig | DataConfig) -> Source:
+    data = cfg.data if isinstance(cfg, RunConfig) else cfg
+    if data.name not in SOURCES:
         raise ConfigError(
-            f"data.name={cfg.name!r} is not one of {', '.join(SOURCES)} (or of the sources of task=)"
+            f"data.name={data.name!r} is not one of {', '.join(SOURCES)} (or of the sources of task=)"
         )
-    return SOURCES[cfg.name]
+    return SOURCES[data.name]
 
 
-def data_fingerprint(cfg: DataConfig) -> str | None:
+def data_fingerprint(run: RunConfig | DataConfig) -> str | None:
     """The content of the files a data config reads that the code does not pin, or None when it reads none
     (the built-in corpus, the WMT14 release, the built-in treebank). A prepared folder given as data.root is
     named by its meta.json (less the build's timings). Never an error: a config the builder will reject
     gets None (or a marker for an unreadable file) and the builder says why."""
+    run = run_config(run)
     try:
-        root = Path(cfg.root) if cfg.root else None
+        root = Path(run.data.root) if run.data.root else None
         if root is not None and (root / "meta.json").is_file():
             meta = json.loads((root / "meta.json").read_text(encoding="utf-8"))
             meta.pop("seconds", None)
             return hashlib.sha256(json.dumps(meta, sort_keys=True).encode()).hexdigest()[:16]
-        return source(cfg).fingerprint(cfg)
+        return source(run).fingerprint(run)
     except (ValueError, OSError, AttributeError, TypeError):
         return None
 
@@ -289,17 +304,26 @@ def data_fingerprint(cfg: DataConfig) -> str | None:
 # The prepared corpus
 
 
-def corpus_cache_key(cfg: DataConfig) -> str:
-    """A cheap key to find a prepared corpus without reading it: the data settings, the folder format and
-    the source's identity (for files: their content fingerprint, so an edited file is not served stale and
-    a touched one is not prepared again)."""
-    src = source(cfg)
-    fields = {k: v for k, v in vars(cfg).items() if k not in RUNTIME}
+def corpus_cache_key(run: RunConfig | DataConfig) -> str:
+    """A cheap key to find a prepared corpus without reading it: the data settings (and the task's own
+    keys, where it has any), the folder format and the source's identity (for files: their content
+    fingerprint, so an edited file is not served stale and a touched one is not prepared again)."""
+    run = run_config(run)
+    src = source(run)
+    fields = {k: v for k, v in vars(run.data).items() if k not in RUNTIME}
+    task_keys = asdict(run.task_cfg) if is_dataclass(run.task_cfg) else dict(run.task_cfg or {})
+    for old, (new, default) in RENAMED.items():  # a moved key under its old name: prepared corpora stay
+        if new.startswith("task_cfg."):
+            value = task_keys.pop(new.removeprefix("task_cfg."), default)
+            if old.startswith("data."):
+                fields[old.removeprefix("data.")] = value
+    if task_keys:
+        fields["task_cfg"] = task_keys
     fields["format"] = FORMAT
     if src.identity is not None:
-        fields["identity"] = src.identity(cfg)
+        fields["identity"] = src.identity(run)
     else:
-        fp = src.fingerprint(cfg)
+        fp = src.fingerprint(run)
         fields["identity"] = {"fingerprint": fp} if fp else {}
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -317,10 +341,12 @@ def settings(cfg: DataConfig) -> binarize.Settings:
     )
 
 
-def prepare_corpus(cfg: DataConfig, log: Log = print) -> Prepared:
-    """Build (once) and return the prepared corpus for this data config. A prepared folder given as
+def prepare_corpus(run: RunConfig | DataConfig, log: Log = print) -> Prepared:
+    """Build (once) and return the prepared corpus for this run's data. A prepared folder given as
     data.root is used as it is (and is an error when incomplete: it is the user's, not ours to rebuild).
     A prepared folder of the cache found incomplete is prepared again, saying which file was missing."""
+    run = run_config(run)
+    cfg = run.data
     if cfg.root and (Path(cfg.root) / "meta.json").is_file():
         problem = incomplete(Path(cfg.root))
         if problem:
@@ -330,14 +356,14 @@ def prepare_corpus(cfg: DataConfig, log: Log = print) -> Prepared:
             )
         log(f"{cfg.root}: already prepared, nothing to do")
         return _said(Prepared(Path(cfg.root)), log)
-    key = corpus_cache_key(cfg)
+    key = corpus_cache_key(run)
     out = Path(cfg.cache_dir) / "data" / key
     if out.is_dir() and incomplete(out) is None:  # complete folders never change: read without the lock,
         log(f"{out}: already prepared, nothing to do")  # so that a cache shared read-only serves
         return _said(Prepared(out), log)
     try:
         with doing(f"preparing the corpus in {out.parent}"):
-            return _said(_build_locked(cfg, key, out, log), log)
+            return _said(_build_locked(run, key, out, log), log)
     except OSError as e:
         if not str(e.filename or "").startswith(str(cfg.cache_dir)):
             raise
@@ -347,7 +373,7 @@ def prepare_corpus(cfg: DataConfig, log: Log = print) -> Prepared:
         ) from None
 
 
-def _build_locked(cfg: DataConfig, key: str, out: Path, log: Log) -> Prepared:
+def _build_locked(run: RunConfig, key: str, out: Path, log: Log) -> Prepared:
     with file_lock(out.parent / f".{key}.lock"):
         problem = incomplete(out) if out.exists() else None
         if out.exists() and problem is None:  # another process prepared it while this one waited
@@ -359,7 +385,10 @@ def _build_locked(cfg: DataConfig, key: str, out: Path, log: Log) -> Prepared:
             for stale in out.parent.glob(pattern):
                 shutil.rmtree(stale, ignore_errors=True)
         t0 = time.perf_counter()
-        binarize.build(out, source(cfg).inputs(cfg, log), settings(cfg), log)
+        inputs, st = source(run).inputs(run, log), settings(run.data)
+        if inputs.vocab is not None:  # the source's own vocabulary, its size decided by the source
+            st = replace(st, model_type=inputs.vocab[0], vocab_size=inputs.vocab[1])
+        binarize.build(out, inputs, st, log)
         log(f"prepared in {time.perf_counter() - t0:,.0f} s: {out}")
     return Prepared(out)
 
@@ -372,10 +401,12 @@ def _said(prepared: Prepared, log: Log) -> Prepared:
     return prepared
 
 
-def load_corpus(cfg: DataConfig) -> sources.Corpus:
+def load_corpus(run: RunConfig | DataConfig) -> sources.Corpus:
     """The cleaned text of a config's corpus in memory, as the builder sees it (small corpora: inspection,
     tests); training goes through `prepare_corpus`."""
-    inputs = source(cfg).inputs(cfg, lambda msg: None)
+    run = run_config(run)
+    cfg = run.data
+    inputs = source(run).inputs(run, lambda msg: None)
     splits = {}
     for name, given in inputs.splits.items():
         read = isinstance(given, list)

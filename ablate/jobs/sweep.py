@@ -52,7 +52,7 @@ def experiment_group(cfg: RunConfig, task_overrides: list[str]) -> str:
     without one, its preset), then the command line's keys that change what a run computes, other than the
     row and the seed: re-running a sweep, adding a row or a seed, or running one row alone keeps the group;
     no timestamp, path or launcher setting enters it."""
-    from ablate.records.identity import DATA_PATHS, NOT_IDENTITY
+    from ablate.records.identity import DATA_PATHS, NOT_IDENTITY, OLD_NAMES
 
     preset = cfg.recipe if cfg.recipe == cfg.scale.name else f"{cfg.recipe}+{cfg.scale.name}"
     head = cfg.experiment or preset
@@ -60,7 +60,9 @@ def experiment_group(cfg: RunConfig, task_overrides: list[str]) -> str:
     for o in task_overrides:
         key, _, value = o.lstrip("+~").partition("=")
         top = key.split(".")[0]
-        if key in _WITHIN or key.startswith("hydra") or {key, top} & NOT_IDENTITY or key in DATA_PATHS:
+        if key in _WITHIN or key.startswith("hydra") or {key, top} & NOT_IDENTITY:
+            continue
+        if OLD_NAMES.get(key, key) in DATA_PATHS:
             continue
         keys.append(f"{key}={value}")
     return " ".join([str(head), *sorted(keys)])[:128]

@@ -47,7 +47,7 @@ def train(cfg: RunConfig, jobs_per_device: int | None = None) -> dict:
 def _train(cfg: RunConfig, jobs_per_device: int) -> dict:
     out = identity.run_dir(cfg)
     if cluster.job().ranks_started():  # a worker of a job whose launcher already holds the run
-        return run_worker(cfg, prepare_corpus(cfg.data))
+        return run_worker(cfg, prepare_corpus(cfg))
     out.parent.mkdir(parents=True, exist_ok=True)
     with folder.run_lock(out) as held:
         if not held:  # another process (a second sweep, a second joblib worker) is running this identity
@@ -75,7 +75,7 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
         kept = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
         os.replace(out, kept)
         print(f"[ablate] resume=false: previous run folder kept as {kept}")
-    prepared = prepare_corpus(cfg.data)  # once, before any worker starts
+    prepared = prepare_corpus(cfg)  # once, before any worker starts
     if cfg.trainer.device_pool is not None:  # hydra/launcher=gpus: jobs side by side, each on its own ids
         ids = gpu_pool.pool(cfg.trainer.device_pool)
         lock_dir, k = Path(cfg.results_dir) / ".devices", jobs_per_device

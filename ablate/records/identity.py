@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from ablate.config import RENAMED
+
 # Keys that do not change what a run computes.
 NOT_IDENTITY = {
     "results_dir",
@@ -38,18 +40,26 @@ DATA_PATHS = (
     "data.dev_tgt",
     "data.test_src",
     "data.test_tgt",
-    "data.treebank_dir",
+    "data.treebank_dir",  # parsing's task_cfg.treebank_dir, by the name it is hashed under (OLD_NAMES)
     "data.silver_trees",
 )
+
+# A moved key is hashed under its old name (config.RENAMED), so that a run keeps the id its record has.
+OLD_NAMES = {new: old for old, (new, _) in RENAMED.items()}
 
 
 def identity_dict(cfg) -> dict[str, Any]:
     """The values that name a run: every config value that differs from the dataclass default, less the
     keys that do not change what a run computes. Only non-defaults count, so that adding a new option (with
     a default) to the config does not rename every existing run."""
-    from ablate.config import RunConfig, flat_fields
+    from ablate.config import RunConfig, flat_fields, typed_task_cfg
+    from ablate.data.corpora import data_fingerprint
+    from ablate.tasks import task_of
 
+    cfg.task_cfg = typed_task_cfg(cfg.task, cfg.task_cfg)
     defaults = flat_fields(RunConfig())
+    if hasattr(cfg.task_cfg, "__dataclass_fields__"):  # the task's own keys, against its own defaults
+        defaults |= flat_fields(type(cfg.task_cfg)(), "task_cfg.")
     out = {}
     for key, value in flat_fields(cfg).items():
         if key in NOT_IDENTITY or key.split(".")[0] in NOT_IDENTITY:
@@ -60,21 +70,18 @@ def identity_dict(cfg) -> dict[str, Any]:
         if isinstance(default, tuple):
             default = list(default)
         if value != default:
-            out[key] = value
+            out[OLD_NAMES.get(key, key)] = value
     # The content of the data files a run reads, which the config names only by path: an edited training
     # or reference file must name a new run, not find the old one finished. Added only for sources that
     # read such files (files, multi30k, wmt14_en_de local files, wsj, wsj_semi): the built-in corpus is
     # generated from config values already here (and the downloaded WMT14 release is pinned by checksums),
     # so their run ids stay what they were. A fingerprint (ablate.data.fingerprint) is the sha256 of the
     # content, recomputed only when a file's size or mtime changed: `touch` alone renames nothing.
-    from ablate.data.corpora import data_fingerprint
-    from ablate.tasks import task_of
-
     try:
         task_of(cfg.task)  # a task's own data source fingerprints its files too
     except ValueError:  # a task that does not load is refused by name where the run starts
         pass
-    fingerprint = data_fingerprint(cfg.data)
+    fingerprint = data_fingerprint(cfg)
     if fingerprint is not None:
         out = {k: v for k, v in out.items() if k not in DATA_PATHS}
         out["data.fingerprint"] = fingerprint

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ablate.config import migrate
 from ablate.records.identity import run_id
 from ablate.records.status import SCHEMA_VERSION, STATUSES, schema_problem
 
@@ -147,6 +148,8 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     problem = record_problem(rec)
     if problem:
         raise RecordError(f"{path}: not a result record ({problem})")
+    if isinstance(rec.get("config"), dict):  # read in the current layout; the file keeps what it was written
+        rec["config"] = migrate(rec["config"])
     return rec
 
 

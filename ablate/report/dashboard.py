@@ -31,7 +31,7 @@ from ablate.report.plots import plot_titles
 
 STEP = "trainer/global_step"
 CURVES = (("dev/ppl", "dev PPL"),)
-# dev BLEU is a curve only where a run decodes the dev set during training (train.bleu_every > 0: each point
+# dev BLEU is a curve only where a run decodes the dev set during training (train.decode_every > 0: each point
 # costs one dev decode); otherwise it is decoded once, at the end, and shown as FINAL_BLEU's bars
 BLEU_CURVE = ("dev/bleu", "dev BLEU")
 FINAL_BLEU = "final/dev_bleu"  # logged once per run when training ends (worker._log_final)
@@ -139,7 +139,7 @@ def _curve(key: str, title: str, x: int) -> wr.LinePlot:
 
 def curves(records: list[dict]) -> tuple[tuple[str, str], ...]:
     """The curves a group's runs have: dev PPL, and dev BLEU where a run decoded it during training."""
-    bleu = any(((r.get("config") or {}).get("train") or {}).get("bleu_every", 0) > 0 for r in records)
+    bleu = any(((r.get("config") or {}).get("train") or {}).get("decode_every", 0) > 0 for r in records)
     return CURVES + ((BLEU_CURVE,) if bleu else ())
 
 

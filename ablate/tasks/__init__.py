@@ -11,8 +11,10 @@ Shared code (training, records, jobs, the report's machinery, the commands) reac
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.metadata
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ablate.config import ConfigError
+from ablate.config import ConfigError, TaskConfig, schema
 
 # The tasks of the package, by the name `task=` takes; any other value is an importable `module:Class`,
 # or the name of an entry point in the group `ablate.tasks` of an installed distribution.
@@ -71,6 +73,9 @@ class Task:
     metrics: tuple[Metric, ...] = ()  # dev figures beyond perplexity; the first is its headline
     own_code: tuple[str, ...] = ()  # folders only its runs import (repository-relative, or absolute)
     tables: dict[str, str] = {}  # report command -> "module:function" (Collection -> (Table, notes))
+    # ---- its own config: a dataclass of its keys (subclassing ablate.tasks.TaskConfig), set as
+    # `task_cfg.<key>=` and read as `cfg.task_cfg.<key>`; None: it has none
+    config: type[TaskConfig] | None = None
 
     def dev_scorer(self, cfg, prepared, dm) -> Callable[[list[str], list[str]], Scored] | None:
         """A function of the decoded dev outputs and their references giving the task's figures (None:
@@ -89,7 +94,20 @@ class Task:
         return {}, {}
 
     def sources(self) -> dict[str, Any]:
-        """Data sources it brings (data.name -> ablate.data.corpora.Source), registered when it loads."""
+        """Data sources it brings (data.name -> ablate.data.corpora.Source), registered when it loads; a
+        task of the data API (`data_name`, `splits`) brings its own splits under `data_name`."""
+        return {self.data_name: _api_source(self)} if self.data_name else {}
+
+    # ---- the data API: its corpus as plain Python; the framework caches, fingerprints, tokenizes, batches
+    data_name = ""  # the data.name its splits serve ("": it brings none through this API)
+    vocabulary: Vocabulary  # its vocabulary (default: the shared sentencepiece of data.vocab_size)
+
+    def splits(self, cfg) -> dict[str, Pairs | Files]:
+        """train, dev (and test): each a list of (source, target) strings, or `Files` of one split."""
+        return {}
+
+    def data_identity(self, cfg) -> dict:
+        """What decides its splits' content beyond `cfg` and the task's own file (a release, a version)."""
         return {}
 
     def summary(self, metrics: dict[str, Any]) -> list[str]:
@@ -100,6 +118,105 @@ class Task:
 
     def headline(self) -> Metric:
         return self.metrics[0] if self.metrics else PPL
+
+
+# ---- the data API's types, and the source it makes of a task (ablate.data prepares it)
+Pairs = list[tuple[str, str]]  # one split: (source sentence, target sentence), one pair a line when written
+
+
+@dataclass(frozen=True)
+class Files:
+    """One split as two line-aligned text files (.gz allowed): their content names the corpus."""
+
+    src: str
+    tgt: str
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """The pieces a task's text is cut into. `shared()`: the shared sentencepiece model (data.vocab_size,
+    data.spm_model_type); `characters()`: one piece per character, its size decided from the training text
+    (its distinct characters, the space included, and the 4 special pieces); `subwords(n)`: a sentencepiece
+    model of the task's own, n pieces."""
+
+    kind: str = "shared"
+    size: int | None = None
+    model_type: str = "bpe"
+
+    @classmethod
+    def shared(cls) -> Vocabulary:
+        return cls()
+
+    @classmethod
+    def characters(cls) -> Vocabulary:
+        return cls("characters", model_type="char")
+
+    @classmethod
+    def subwords(cls, size: int, model_type: str = "bpe") -> Vocabulary:
+        return cls("subwords", size, model_type)
+
+    def decide(self, train: list[tuple[str, str]], where: str) -> tuple[str, int] | None:
+        """(model type, size) of its own vocabulary for this training text (None: the shared one), or a
+        one-line refusal naming `where`."""
+        from ablate.config import MIN_VOCAB
+
+        if self.kind == "shared":
+            return None
+        if self.kind == "characters":
+            chars = {c for s, t in train for c in s + t}
+            return "char", len(chars | {" "}) + 4
+        if self.kind == "subwords" and isinstance(self.size, int) and self.size >= MIN_VOCAB:
+            return self.model_type, self.size
+        raise ConfigError(f"{where}: {self} is not a vocabulary (shared(), characters(), subwords(n >= 8))")
+
+
+Task.vocabulary = Vocabulary()
+
+
+def _api_source(task: Task):
+    """The data source of a task's `splits`: its pairs or files as the builder's inputs, named by the task,
+    its own keys, its `data_identity`, its vocabulary and the text of its file (an edit prepares it again)."""
+    from ablate.data.binarize import Inputs
+    from ablate.data.corpora import Source
+    from ablate.data.fingerprint import files_fingerprint
+    from ablate.data.sources import PairSource, Split, read_split
+
+    def given(run) -> dict:
+        splits = task.splits(run)
+        for need in ("train", "dev"):
+            if need not in splits:
+                raise ConfigError(f"task={task.name}: its splits() gives no {need} split (train, dev needed)")
+        return splits
+
+    def identity(run) -> dict:
+        code = hashlib.sha256(Path(importlib.import_module(type(task).__module__).__file__).read_bytes())
+        return {"task": task.name, "code": code.hexdigest()[:16], "identity": task.data_identity(run),
+                "vocabulary": repr(task.vocabulary), "files": fingerprint(run)}  # fmt: skip
+
+    def fingerprint(run) -> str | None:
+        named = [(f"{name}.{side}", getattr(split, side)) for name, split in given(run).items()
+                 if isinstance(split, Files) for side in ("src", "tgt")]  # fmt: skip
+        return files_fingerprint(named, run.data.cache_dir) if named else None
+
+    def inputs(run, log) -> Inputs:
+        splits = {}
+        for name, split in given(run).items():
+            if isinstance(split, Files):
+                splits[name] = [PairSource(Path(split.src), Path(split.tgt))]
+            else:
+                splits[name] = Split([s for s, _ in split], [t for _, t in split])
+        train = splits["train"]
+        read = train if isinstance(train, Split) else read_split(train, False)
+        text = list(zip(read.src, read.tgt))
+        vocab = task.vocabulary.decide(text, f"task={task.name} vocabulary")
+        if vocab is not None:
+            log(
+                f"vocabulary: the task's own, {vocab[0]}, {vocab[1]:,} pieces (its 4 special pieces included)"
+            )
+        key = hashlib.sha256(json.dumps(identity(run), sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return Inputs(splits, key, vocab=vocab)
+
+    return Source(inputs, fingerprint, identity)
 
 
 _LOADED: dict[str, Task] = {}
@@ -117,6 +234,10 @@ def task_of(name: str) -> Task:
             register_source(data_name, source)
         _LOADED[name] = task
     return _LOADED[name]
+
+
+# ---- a task's own config: typed where a config is read (ablate.config.to_dataclass), by the task it names
+schema.task_config_class = lambda name: task_of(name).config
 
 
 def _load(name: str) -> Task:

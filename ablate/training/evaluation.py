@@ -77,7 +77,7 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
     rec = store.read_record(run_dir / store.RECORD_NAME)  # read once: its config, id and steps
     cfg = to_dataclass(OmegaConf.create(rec["config"]))
     task = task_of(cfg.task)  # before the corpus: a task may bring its data source
-    prepared = prepare_corpus(cfg.data)
+    prepared = prepare_corpus(cfg)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
     ckpts = _checkpoints(run_dir, average, until_step)
 
@@ -139,7 +139,7 @@ def _member(
     theirs = to_dataclass(OmegaConf.create(rec["config"]))
     if theirs.task != cfg.task:
         raise ValueError(f"{other}: a run of task={theirs.task}, not of the run's task={cfg.task}")
-    if prepare_corpus(theirs.data, log=lambda msg: None).root != prepared.root:
+    if prepare_corpus(theirs, log=lambda msg: None).root != prepared.root:
         raise ValueError(
             f"{other}: its data config prepares another corpus than the run's: an ensemble searches one "
             "vocabulary and one split"

@@ -149,8 +149,8 @@ class Seq2SeqModule(pl.LightningModule):
 
     def on_validation_epoch_start(self):
         self.acc = EvalAccumulator()
-        # decode the dev set: at every train.bleu_every-th evaluation during training, always outside fit
-        every = self.cfg.train.bleu_every
+        # decode the dev set: at every train.decode_every-th evaluation during training, always outside fit
+        every = self.cfg.train.decode_every
         in_fit = self.trainer is not None and self.trainer.state.fn == "fit"
         self.decode_dev = not in_fit or (every > 0 and (self.n_evals + 1) % every == 0)
 

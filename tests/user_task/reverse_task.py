@@ -3,22 +3,20 @@
     PYTHONPATH=tests/user_task python -m ablate.run hydra.searchpath=[file://tests/user_task/conf] \
         experiment=reverse
 
-Nothing under ablate/ names it: `task=reverse_task:ReverseTask` loads this class, which brings its data
-source (`data.name=reverse`: the built-in corpus's English side, each target the source's words in reverse
-order) and its metric; the experiment and the row `wide` lie in this folder's conf/ (docs/tasks.md).
+Nothing under ablate/ names it: `task=reverse_task:ReverseTask` loads this class, which brings its config
+(`task_cfg.train_pairs`, ...), its data (`data.name=reverse`: sentences of a small word list, each target
+the source's words in reverse order, through the data API) and its metric; the experiment and the row
+`wide` lie in this folder's conf/ (docs/tasks.md).
 """
 
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
+import random
+from dataclasses import dataclass
 
 import numpy as np
 
-from ablate.data.binarize import Inputs
-from ablate.data.corpora import Source
-from ablate.data.sources import Split, builtin_corpus
-from ablate.tasks import Metric, Scored, Task
+from ablate.tasks import Metric, Scored, Task, TaskConfig
 
 EXACT = Metric(
     name="acc",
@@ -29,20 +27,23 @@ EXACT = Metric(
     curve_key="dev_acc",
     sentence_stats="exact",
 )
+WORDS = "the a cat dog sat ran on under mat tree house big small red blue old new and".split()
 
 
-def _inputs(cfg, log) -> Inputs:
-    corpus = builtin_corpus(cfg.builtin_train, cfg.builtin_dev, cfg.builtin_test, cfg.builtin_seed)
-    splits = {
-        name: Split(split.src, [" ".join(reversed(s.split())) for s in split.src])
-        for name, split in corpus.splits.items()
-    }
-    return Inputs(splits, "reverse-" + corpus.key)
+@dataclass
+class ReverseConfig(TaskConfig):
+    train_pairs: int = 1000
+    dev_pairs: int = 30
+    test_pairs: int = 30
+    seed: int = 1234  # of the generated sentences
 
 
-def _identity(cfg) -> dict:
-    """The corpus is this file's making: a change to it prepares the corpus again."""
-    return {"code": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]}
+def sentences(n: int, rng: random.Random) -> list[tuple[str, str]]:
+    out = []
+    for _ in range(n):
+        words = rng.choices(WORDS, k=rng.randint(3, 9))
+        out.append((" ".join(words), " ".join(reversed(words))))
+    return out
 
 
 def exact(hyps: list[str], refs: list[str]) -> np.ndarray:
@@ -52,9 +53,13 @@ def exact(hyps: list[str], refs: list[str]) -> np.ndarray:
 class ReverseTask(Task):
     label = "reverse the source sentence, scored by exact match"
     metrics = (EXACT,)
+    config = ReverseConfig
+    data_name = "reverse"
 
-    def sources(self):
-        return {"reverse": Source(_inputs, identity=_identity)}
+    def splits(self, cfg):
+        c, rng = cfg.task_cfg, random.Random(cfg.task_cfg.seed)
+        return {split: sentences(n, rng) for split, n in
+                (("train", c.train_pairs), ("dev", c.dev_pairs), ("test", c.test_pairs))}  # fmt: skip
 
     def dev_scorer(self, cfg, prepared, dm):
         def score(hyps: list[str], refs: list[str]) -> Scored:

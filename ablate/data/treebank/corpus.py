@@ -2,9 +2,10 @@
 
 * :func:`parsing_corpus` turns a treebank into the parallel text the datamodule prepares: the source is
   a sentence's words, the target its linearized tree (:func:`ablate.data.treebank.linearize.linearize`).
-  Train is WSJ 02-21 (plus ``data.silver_trees`` for ``data.name=wsj_semi``, plus each tree's constituents
-  for ``data.constituent_pairs``), dev 22, test 23, read from ``data.treebank_dir`` or from the built-in
-  treebank (``data.treebank_builtin``), which is written once into ``<cache_dir>/treebanks/``.
+  Train is WSJ 02-21 (plus ``task_cfg.silver_trees`` for ``data.name=wsj_semi``, plus each tree's
+  constituents for ``task_cfg.constituent_pairs``), dev 22, test 23, read from ``task_cfg.treebank_dir`` or
+  from the built-in treebank (``task_cfg.treebank_builtin``), written once into ``<cache_dir>/treebanks/``.
+  Each function takes the run's config: its ``data`` and the parsing task's own keys (``task_cfg``).
 * The gold trees of dev and test go with the prepared corpus: :class:`ParsingCorpus` writes
   ``dev.gold.mrg`` / ``test.gold.mrg`` (one cleaned tree a line, POS tags kept, since EVALB deletes
   punctuation by the gold tags) next to ``dev.src.txt``; :func:`gold_trees` reads them back.
@@ -16,7 +17,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ablate.config import ConfigError, DataConfig
+from ablate.config import ConfigError, RunConfig
 from ablate.data import sources
 from ablate.data.treebank.builtin import BUILTIN_VERSION, write_builtin_treebank
 from ablate.data.treebank.linearize import LANGUAGES
@@ -51,9 +52,10 @@ class ParsingCorpus(sources.Corpus):
             write_trees(gold_path(folder, split), trees)
 
 
-def treebank_root(cfg: DataConfig) -> Path:
-    """The treebank folder: ``data.treebank_dir``, or the built-in treebank written into the cache."""
-    if cfg.treebank_builtin:
+def treebank_root(run: RunConfig) -> Path:
+    """The treebank folder: ``task_cfg.treebank_dir``, or the built-in treebank written into the cache."""
+    cfg, task = run.data, run.task_cfg
+    if task.treebank_builtin:
         name = (
             f"builtin-v{BUILTIN_VERSION}-seed{cfg.builtin_seed}-"
             f"{cfg.builtin_train}-{cfg.builtin_dev}-{cfg.builtin_test}"
@@ -65,37 +67,38 @@ def treebank_root(cfg: DataConfig) -> Path:
             n_dev=cfg.builtin_dev,
             n_test=cfg.builtin_test,
         )
-    if not cfg.treebank_dir:
+    if not task.treebank_dir:
         raise ConfigError(
-            "data.treebank_dir must name the Penn Treebank WSJ folder (<dir>/<section>/*.mrg, sections "
+            "task_cfg.treebank_dir must name the Penn Treebank WSJ folder (<dir>/<section>/*.mrg, sections "
             "02-23, e.g. parsed/mrg/wsj of Treebank-3); or run experiment=wsj_parsing_builtin"
         )
-    root = Path(cfg.treebank_dir).expanduser()
+    root = Path(task.treebank_dir).expanduser()
     if not root.is_dir():
-        raise ConfigError(f"data.treebank_dir={cfg.treebank_dir}: no such folder")
+        raise ConfigError(f"task_cfg.treebank_dir={task.treebank_dir}: no such folder")
     return root
 
 
-def load_trees(cfg: DataConfig) -> dict[str, list[Tree]]:
+def load_trees(run: RunConfig) -> dict[str, list[Tree]]:
     """Cleaned trees of train (02-21, + silver for wsj_semi), dev (22) and test (23)."""
+    cfg, task = run.data, run.task_cfg
     if cfg.name not in NAMES:
         raise ConfigError(f"data.name={cfg.name!r} is not a parsing data set ({', '.join(NAMES)})")
     if cfg.tgt_lang not in LANGUAGES:
         raise ConfigError(
             f"data.tgt_lang={cfg.tgt_lang!r} is not a tree language of the parser ({', '.join(LANGUAGES)})"
         )
-    if cfg.name == "wsj_semi" and not cfg.silver_trees:
-        raise ConfigError("data.name=wsj_semi needs data.silver_trees=<file of trees, one a line>")
-    if cfg.name == "wsj" and cfg.silver_trees:
+    if cfg.name == "wsj_semi" and not task.silver_trees:
+        raise ConfigError("data.name=wsj_semi needs task_cfg.silver_trees=<file of trees, one a line>")
+    if cfg.name == "wsj" and task.silver_trees:
         raise ConfigError(
-            "data.silver_trees is the semi-supervised setting: set data.name=wsj_semi "
+            "task_cfg.silver_trees is the semi-supervised setting: set data.name=wsj_semi "
             "(and data.vocab_size=32000, section 6.3) so that records tell the two settings apart"
         )
-    root = treebank_root(cfg)
+    root = treebank_root(run)
     trees = {split: load_split(root, split) for split in ("train", "dev", "test")}
-    if cfg.silver_trees:
-        trees["train"] = trees["train"] + load_silver(cfg.silver_trees)
-    if cfg.constituent_pairs:
+    if task.silver_trees:
+        trees["train"] = trees["train"] + load_silver(task.silver_trees)
+    if task.constituent_pairs:
         trees["train"] = trees["train"] + constituents(trees["train"])
     for split in ("train", "dev"):
         if not trees[split]:
@@ -105,8 +108,9 @@ def load_trees(cfg: DataConfig) -> dict[str, list[Tree]]:
 
 def constituents(trees: list[Tree]) -> list[Tree]:
     """Each constituent of two or more words of each tree, as a tree of its own, the whole tree left out
-    (``data.constituent_pairs``, not in the paper). A short span and its subtree show the model which source
-    words an output bracket covers, which 3,669 whole sentences alone do not teach it on the WSJ sample."""
+    (``task_cfg.constituent_pairs``, not in the paper). A short span and its subtree show the model which
+    source words an output bracket covers, which 3,669 whole sentences alone do not teach it on the WSJ
+    sample."""
     out: list[Tree] = []
     for tree in trees:
         stack = tree.children[::-1]
@@ -125,10 +129,10 @@ def _split(trees: list[Tree], language: str) -> sources.Split:
     return sources.Split(src, tgt)
 
 
-def parsing_corpus(cfg: DataConfig) -> ParsingCorpus:
+def parsing_corpus(run: RunConfig) -> ParsingCorpus:
     """The parallel text of the parsing task; its key is a hash of the trees' text (and split sizes) and of
     the target language when it is not the default."""
-    trees = load_trees(cfg)
+    trees, cfg = load_trees(run), run.data
     h = hashlib.sha256(b"ablate-parsing-corpus-v1")
     if cfg.tgt_lang != "tree":
         h.update(f"|{cfg.tgt_lang}|".encode())
@@ -158,7 +162,7 @@ def read_trees(path: str | Path) -> list[Tree]:
     return parse_bracketed(Path(path).read_text(encoding="utf-8"), source=str(path))
 
 
-def gold_trees(prepared_root: str | Path, split: str = "dev", cfg: DataConfig | None = None) -> list[Tree]:
+def gold_trees(prepared_root: str | Path, split: str = "dev", cfg: RunConfig | None = None) -> list[Tree]:
     """The cleaned gold trees of ``split`` in the prepared corpus's order (POS tags kept).
 
     Read from ``<prepared_root>/<split>.gold.mrg``; a folder prepared without it (before the hook that
@@ -170,5 +174,5 @@ def gold_trees(prepared_root: str | Path, split: str = "dev", cfg: DataConfig | 
     if path.is_file():
         return read_trees(path)
     if cfg is None:
-        raise FileNotFoundError(f"{path}: no gold trees (and no data config to re-read the treebank)")
+        raise FileNotFoundError(f"{path}: no gold trees (and no run config to re-read the treebank)")
     return load_split(treebank_root(cfg), split)

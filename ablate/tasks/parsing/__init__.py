@@ -1,10 +1,12 @@
 """English constituency parsing (section 6.3, Table 4): the model trained on linearized trees
 (ablate.data.treebank), scored by EVALB's F1 (`score`, `evalb`), optionally searched over well-formed
-trees only (`constrain`, decode.well_formed); Table 4 (`table4`) and the baselines (`baselines`, `pcfg`)."""
+trees only (`constrain`, task_cfg.well_formed); Table 4 (`table4`) and the baselines (`baselines`, `pcfg`)."""
 
 from __future__ import annotations
 
-from ablate.tasks import Metric, Scored, Task
+from dataclasses import dataclass
+
+from ablate.tasks import Metric, Scored, Task, TaskConfig
 from ablate.tasks.bleu import BLEU, bleu_scored, split_bleu
 
 F1 = Metric(
@@ -17,18 +19,31 @@ F1 = Metric(
 )
 
 
+@dataclass
+class ParsingConfig(TaskConfig):
+    """The parsing task's own keys (`task_cfg.*`)."""
+
+    # PTB WSJ trees <treebank_dir>/<section>/*.mrg (train 02-21, dev 22, test 23)
+    treebank_dir: str | None = None
+    treebank_builtin: bool = False  # instead: write the built-in treebank (data.builtin_* sizes) in the cache
+    silver_trees: str | None = None  # data.name=wsj_semi: extra training trees, one bracketed tree a line
+    constituent_pairs: bool = False  # also each training tree's constituents of 2+ words as pairs (not paper)
+    well_formed: bool = False  # the search writes only well-formed trees over the source (constrain.py)
+
+
 class ParsingTask(Task):
     name = "parsing"
     label = "constituency parsing: linearized trees, scored by EVALB's F1"
     metrics = (F1, BLEU)  # BLEU of the trees as strings: what the translation view of the task sees
     own_code = ("ablate/tasks/parsing/", "ablate/data/treebank/")
     tables = {"table4": "ablate.tasks.parsing.table4:table4"}
+    config = ParsingConfig
 
     def dev_scorer(self, cfg, prepared, dm):
         from ablate.data.treebank.corpus import gold_trees
         from ablate.tasks.parsing.score import parsing_metrics
 
-        sources, gold = dm.sources_text("dev"), gold_trees(prepared.root, "dev", cfg.data)
+        sources, gold = dm.sources_text("dev"), gold_trees(prepared.root, "dev", cfg)
 
         def score(hyps: list[str], refs: list[str]) -> Scored:
             scored = bleu_scored(hyps, refs)
@@ -38,7 +53,7 @@ class ParsingTask(Task):
         return score
 
     def stepper(self, cfg, stepper):
-        if not cfg.decode.well_formed:
+        if not cfg.task_cfg.well_formed:
             return stepper
         from ablate.tasks.parsing.constrain import tree_stepper
 
@@ -56,7 +71,7 @@ class ParsingTask(Task):
         if split == "custom":  # --src/--ref: no gold trees
             return bleu, {}
         sources = dm.sources_text(split)[: len(hyps)]
-        gold = gold_trees(prepared.root, split, cfg.data)[: len(hyps)]
+        gold = gold_trees(prepared.root, split, cfg)[: len(hyps)]
         result, trees, notes = score_trees(sources, hyps, gold)
         text = "\n".join(to_string(t) for t in trees) + "\n"
         evalb = {f"{split}_{k}": v for k, v in figures(result, notes).items()}

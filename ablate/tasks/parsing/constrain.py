@@ -1,4 +1,4 @@
-"""Decoding that writes only well-formed trees over the source words (decode.well_formed, a named option).
+"""Decoding that writes only well-formed trees over the source words (task_cfg.well_formed, a named option).
 
 Vinyals et al. 2015 decode freely and repair what is malformed. A small model writes many malformed trees
 (a bracket closed under the wrong label, a second root, a missing word), and every repair costs F1.
@@ -313,11 +313,11 @@ def tree_stepper(inner: Stepper, cfg) -> TreeStepper:
     cap), the grammar built once a process from the run's prepared corpus."""
     from ablate.data.corpora import prepare_corpus
 
-    key = (repr(cfg.data), cfg.data.tgt_lang, cfg.decode.max_len_a, cfg.decode.max_len_b)
+    key = (repr((cfg.data, cfg.task_cfg)), cfg.data.tgt_lang, cfg.decode.max_len_a, cfg.decode.max_len_b)
     if key not in _GRAMMARS:
         import sentencepiece as spm
 
-        model = prepare_corpus(cfg.data, log=lambda msg: None).spm_model
+        model = prepare_corpus(cfg, log=lambda msg: None).spm_model
         table = PieceTable.from_processor(spm.SentencePieceProcessor(model_file=str(model)))
         _GRAMMARS[key] = TreeGrammar(table, *key[1:])
     return TreeStepper(inner, _GRAMMARS[key])

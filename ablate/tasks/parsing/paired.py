@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
         prog="python -m ablate.tasks.parsing.paired", description=__doc__.split("\n\n")[0]
     )
-    ap.add_argument("--treebank", required=True, help="<dir>/<section>/*.mrg, as data.treebank_dir")
+    ap.add_argument("--treebank", required=True, help="<dir>/<section>/*.mrg, as task_cfg.treebank_dir")
     ap.add_argument("--split", default="test", choices=("dev", "test"))
     ap.add_argument("--counts", action="store_true", help="write each file's counts beside it instead")
     ap.add_argument("files", nargs="+", type=Path, help="A B (printed: B - A), or the files of --counts")

@@ -58,8 +58,8 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         )
     notes.append(
         "repaired: outputs the reader had to mend into a tree over the sentence (missing words hung on the "
-        "root, brackets closed; none under a well-formed search, decode.well_formed, which writes only such "
-        "trees); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split; 95% interval: "
+        "root, brackets closed; none under a well-formed search, task_cfg.well_formed, which writes only "
+        "such trees); flat tree: the F1 of (S w1 .. wn) for every sentence of the same split; 95% interval: "
         "the percentile bootstrap over the split's sentences for one run; for several seeds the F1 is "
         "their mean ± sd and the interval Student's t over the seeds (their spread, the sentences fixed)."
     )
@@ -109,7 +109,7 @@ def _groups(coll: Collection) -> dict[tuple[str, str, str, str], list[Figures]]:
 
 
 def _treebank(r: Run) -> str:
-    return str((r.cfg("data") or {}).get("treebank_dir") or "")
+    return str((r.cfg("task_cfg") or {}).get("treebank_dir") or "")
 
 
 def _name(recipe: tuple[str, str, str], groups: dict) -> str:
@@ -303,11 +303,11 @@ def _minutes(seconds: list[Any]) -> str:
 
 def _test_sets(coll: Collection) -> list[str]:
     """Each treebank our rows were tested on, named as it is: its folder (data.treebank_dir) and the
-    sentences of its test split, beside the paper's WSJ section 23."""
+    sentences of its test split, beside the paper's WSJ section 23 (a record's config as read: migrated)."""
     seen: dict[str, set[int]] = {}
     for r in [*coll.every, *coll.baselines]:
-        data = r.cfg("data") or {}
-        where = str(data.get("treebank_dir") or f"data.name={data.get('name', '?')}")
+        data, task = r.cfg("data") or {}, r.cfg("task_cfg") or {}
+        where = str(task.get("treebank_dir") or f"data.name={data.get('name', '?')}")
         n = r.metrics.get("test_n") or next(
             (e.metrics.get("test_n") for e in r.evaluations if e.metrics.get("test_n")), None
         )
@@ -348,13 +348,13 @@ def _what_ran(r: Run) -> str:
     """A run's name and what decides its F1 beyond the row: steps, beam, tree language, training trees."""
     data = r.rec.get("data") or {}
     train = ((data.get("splits") or {}).get("train") or {}).get("pairs")
-    decode, cfg_data = r.cfg("decode") or {}, r.cfg("data") or {}
+    decode, cfg_data, task = r.cfg("decode") or {}, r.cfg("data") or {}, r.cfg("task_cfg") or {}
     pairs = "training trees"
-    if cfg_data.get("constituent_pairs"):
+    if task.get("constituent_pairs"):
         pairs = "training pairs (trees and their constituents)"
     parts = [
         f"{r.rec.get('steps', '?'):,} steps" if isinstance(r.rec.get("steps"), int) else "steps ?",
-        f"beam {decode.get('beam', '?')}" + (", well-formed search" if decode.get("well_formed") else ""),
+        f"beam {decode.get('beam', '?')}" + (", well-formed search" if task.get("well_formed") else ""),
         f"tgt_lang {cfg_data.get('tgt_lang', '?')}",
         f"{train:,} {pairs}" if isinstance(train, int) else f"{pairs} ?",
     ]
