@@ -32,7 +32,6 @@ from pathlib import Path
 
 import numpy as np
 from scipy import special as spc
-from scipy import stats as sps
 
 from ablate.report.collect import Collection
 from ablate.tasks import Metric
@@ -102,7 +101,7 @@ def spent(alpha: float, t: float) -> float:
     """The Lan-DeMets O'Brien-Fleming spending function, alpha/2 a side (gsDesign's sfLDOF): the two-sided
     alpha spent by information fraction t."""
     t = min(max(t, 1e-9), 1.0)
-    return float(4 * sps.norm.sf(sps.norm.isf(alpha / 4) / math.sqrt(t)))
+    return float(4 * spc.ndtr(spc.ndtri(alpha / 4) / math.sqrt(t)))
 
 
 def spread_p(values: Sequence[float], others: Pool | None) -> float | None:
@@ -277,14 +276,21 @@ def decide_values(
 
 
 def _flags(values: Mapping[str, Mapping[int, float]]) -> dict[str, str]:
+    """Each row whose spread is far from the other rows' pooled spread (spread_p below FLAG_P), in words."""
+    own = {
+        r: (float(np.var(list(v.values()), ddof=1)) * (len(v) - 1), len(v) - 1)
+        for r, v in values.items()
+        if len(v) >= 2
+    }
+    ss, df = sum(x for x, _ in own.values()), sum(n for _, n in own.values())
     out = {}
-    for row, by in values.items():
-        others = pooled([list(v.values()) for r, v in values.items() if r != row])
-        p = spread_p(list(by.values()), others)
+    for row, (ss_i, df_i) in own.items():
+        rest = Pool(math.sqrt((ss - ss_i) / (df - df_i)), df - df_i) if df > df_i else None
+        p = spread_p(list(values[row].values()), rest)
         if p is not None and p < FLAG_P:
-            sd = float(np.std(list(by.values()), ddof=1))
+            sd = math.sqrt(ss_i / df_i)
             out[row] = (
-                f"{row}'s seeds spread sd {sd:.2f} against the other rows' {others.sd:.2f} (F test p {p:.2g})"
+                f"{row}'s seeds spread sd {sd:.2f} against the other rows' {rest.sd:.2f} (F test p {p:.2g})"
             )
     return out
 
