@@ -106,8 +106,9 @@ class Reading:
     @classmethod
     def of(cls, an: Analysis) -> Reading:
         values = {rr.row: dict(rr.values[METRIC]) for rr in an.rows if rr.values[METRIC]}
-        looks = read_looks(an.coll.results_dir) if an.coll.results_dir else []
-        return cls(an, values, Design(PPL, an.coll.scale or "", looks))
+        coll = an.coll
+        looks = read_looks(coll.results_dir) if coll is not None and coll.results_dir else []
+        return cls(an, values, Design(PPL, (coll.scale if coll is not None else "") or "", looks))
 
     def decision(self, row: str, against: str = "base") -> Decision | None:
         if row not in self.values or against not in self.values:
