@@ -163,9 +163,9 @@ def _collection(values: dict[str, dict[int, float]]) -> Collection:
 @pytest.mark.slow
 def test_the_design_as_it_runs_keeps_the_false_decisions_at_alpha_in_its_worst_case():
     """The worst configuration of the simulated table in docs/planner.md (benchmarks/planner_simulation.py:
-    the seeds re-planned at every look, the pooled variance; 5 rows, 5 first seeds, 4 looks): null rows decided better or worse in at
-    most
-    5% of them (3 Monte Carlo standard errors aside), effect rows decided at the power the table gives."""
+    the seeds re-planned at every look, the pooled variance; 5 rows, 5 first seeds, 4 looks): null rows
+    decided better or worse in at most 5% of them (3 Monte Carlo standard errors aside), effect rows
+    decided at the power the table gives."""
     from benchmarks.planner_simulation import rates
 
     false, power_, n = rates(rows=5, seeds=5, looks=4, sims=1000)
