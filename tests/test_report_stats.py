@@ -122,3 +122,23 @@ def test_hierarchical_bootstrap():
         stats.hierarchical_bootstrap(
             base, {1: stats.Sentences(np.ones(3), np.ones(3), np.ones((3, 10)))}, "ppl"
         )
+
+
+def test_holm_is_statsmodels_multipletests_over_a_grid():
+    from statsmodels.stats.multitest import multipletests
+
+    rng = np.random.default_rng(0)
+    for m in (1, 2, 5, 19):
+        for _ in range(20):
+            p = rng.uniform(0, 0.2, m)
+            assert stats.holm(list(p)) == pytest.approx(list(multipletests(p, method="holm")[1]))
+
+
+def test_the_t_tests_are_scipys():
+    a, b = [5.0, 5.2, 5.1, 4.9], [5.3, 5.1, 5.6, 5.2]
+    ci = sps.ttest_rel(b, a).confidence_interval(0.9)
+    t = stats.paired_t(a, b, 0.9)
+    assert (t.lo, t.hi) == pytest.approx((ci.low, ci.high))
+    ci = sps.ttest_ind(b, a, equal_var=False).confidence_interval(0.9)
+    t = stats.welch(a, b, 0.9)
+    assert (t.lo, t.hi) == pytest.approx((ci.low, ci.high))

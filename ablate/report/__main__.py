@@ -394,12 +394,13 @@ def _decide_command(an, decisions, results: str | None, rows: list[str] | None) 
     found = decide_command(an.coll, decisions, over, rows)
     if found is None:
         print(
-            "nothing to decide: every row is decided, or past the seeds a decision could take",
+            "nothing to decide: every row compared is decided, or past the seeds a decision could take",
             file=sys.stderr,
         )
         return 0
-    cmd, looks = found
+    cmd, looks, why = found
     record_looks(an.coll.results_dir, looks)
+    print(why, file=sys.stderr)
     print(cmd)
     return 0
 

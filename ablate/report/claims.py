@@ -1,43 +1,45 @@
-"""The paper's conclusions from Table 3 (section 6.2), each read against our runs by a stated rule.
+"""The paper's conclusions from Table 3 (section 6.2), each read against our runs through the planner's
+sequential procedure (report/decide.py): the same pooled seed variance, the same looks and the alpha each
+look spent, so the claims and the Decisions section say one thing about every row.
 
 Every claim rests on rows and reads their dev-PPL difference (Table 3 is read by dev PPL; lower is
-better), with the two 95% intervals the report already computes for it (analysis.Compare: the seed-level
-t interval and the hierarchical bootstrap over seeds x dev sentences). A row's difference is *decided*
-only when it is measured over at least two seeds per side and every interval it has lies on one side of
-zero, the standard the report's bold cells and its "both intervals" reading use; otherwise it is
-*undecided*. The verdicts:
+better). A row holds for the claim when its decision at this look is the claimed direction, holds against
+it when the decision is the other direction (or negligible, for a claimed direction), and is undecided
+otherwise. The verdicts:
 
 - supported: every row the claim rests on is decided, in the claimed direction;
 - not supported: at least one row is decided against the claim;
-- undecided: neither (a row not yet measured, or an interval that includes zero).
+- undecided: neither (a row not yet measured, or undecided at this look).
 
 The rules, one per claim:
 
 - (A) heads: the best head setting is the row of base, A1-A4 with the lowest mean dev PPL; single-head
-  attention (A1) and the most heads (A4, 32) must each be decided worse than it (the Δ and its intervals
-  are the report's own comparison, with the best setting in base's place). A1 or A4 being the best setting
+  attention (A1) and the most heads (A4, 32) must each be decided worse than it, by the pooled t at the
+  alpha the row's look spent (base's own decision where base is the best). A1 or A4 being the best setting
   is against the claim. The best is picked by its point estimate, so a close second can lose to it by
   chance: read the intervals.
 - (B) smaller d_k: B1 (d_k 16) and B2 (d_k 32) each decided worse than base.
 - (C) size: the rows larger than base (C3 N 8, C5 d_model 1024, C7 d_ff 4096, big) each decided better
   than base, and the smaller ones (C1 N 2, C2 N 4, C4 d_model 256, C6 d_ff 1024) each decided worse.
 - (D) dropout: D1 (P_drop 0) decided worse than base.
-- (E) learned positions: nearly identical, i.e. every interval of E's Δ lies within ±NEARLY_IDENTICAL of
-  base's mean dev PPL; not supported when every interval lies wholly outside that band (on one side).
+- (E) learned positions: nearly identical, an equivalence test within +-NEARLY_IDENTICAL of base's mean
+  dev PPL at the alpha E's look spent (TOST: the (1 - 2a) interval inside the band); not supported when
+  the look's (1 - a) interval lies wholly outside the band, on one side.
 
-Pure functions over an Analysis (the A comparison reads the rows' per-sentence files, as analyse does).
+Pure functions over an Analysis and its looks.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ablate import paper
-from ablate.report.analysis import PAPER_PPL_EFFECT, Analysis, Compare, RowResult, _compare, _sentences
+from ablate.report.analysis import PAPER_PPL_EFFECT, Analysis, RowResult
+from ablate.report.decide import Decision, Design, decide_values, read_looks
+from ablate.tasks import PPL
 
 METRIC = "ppl"
-SEEDS_MIN = 2  # per side; one seed per side compares two checkpoints, not two configurations
 PAPER_BASE_PPL = paper.table3()["base"].ppl  # 4.92
 # E's "nearly identical": within 1% of base's dev PPL. The smallest paper dev-PPL Δ the report counts as an
 # effect (PAPER_PPL_EFFECT, 0.05) is 1% of the paper's base (4.92); a fraction, because our perplexities are
@@ -45,7 +47,7 @@ PAPER_BASE_PPL = paper.table3()["base"].ppl  # 4.92
 NEARLY_IDENTICAL = round(PAPER_PPL_EFFECT / PAPER_BASE_PPL, 2)
 
 SUPPORTED, NOT_SUPPORTED, UNDECIDED = "supported", "not supported", "undecided"
-WORSE, BETTER = +1, -1  # the sign of a dev-PPL Δ
+WORSE, BETTER = "worse", "better"
 
 HEADS = ("base", "A1", "A2", "A3", "A4")
 LARGER = ("C3", "C5", "C7", "big")
@@ -54,29 +56,28 @@ SIZE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "big")
 
 @dataclass
 class Evidence:
-    """One row's dev-PPL Δ against its reference (base, or the best head setting for claim A)."""
+    """One row's dev-PPL decision against its reference (base, or the best head setting for claim A)."""
 
     row: str
     against: str
     expect: str  # "worse" | "better" | "nearly identical"
     diff: float | None = None
-    t: tuple[float, float] | None = None  # seed-level t interval
-    boot: tuple[float, float] | None = None  # hierarchical bootstrap interval
-    n_row: int = 0
-    n_against: int = 0
+    state: str = "not compared"  # the decision's, against `against`
+    look: tuple[float, float] | None = None  # the interval at this look's alpha
+    ci95: tuple[float, float] | None = None
+    alpha: float = 0.0
+    seeds: int = 0  # per side, the fewer
     holds: bool | None = None  # True: decided as expected; False: decided against; None: undecided
 
     def text(self) -> str:
         if self.diff is None:
             return f"{self.row}: not measured against {self.against}"
         if self.row == self.against:
-            return f"{self.row} is the best setting itself ({self.n_row} seeds)"
-        ivs = [
-            f"{k} [{iv[0]:+.2f}, {iv[1]:+.2f}]" for k, iv in (("t", self.t), ("bootstrap", self.boot)) if iv
-        ]
+            return f"{self.row} is the best setting itself ({self.seeds} seeds)"
         return (
-            f"{self.row} {self.diff:+.2f} vs {self.against} ({'; '.join(ivs) or 'no interval'}; "
-            f"{self.n_row}/{self.n_against} seeds)"
+            f"{self.row} {self.diff:+.2f} vs {self.against}, {self.state} at this look "
+            f"([{self.look[0]:+.2f}, {self.look[1]:+.2f}] at alpha {self.alpha:.3g}; 95% "
+            f"[{self.ci95[0]:+.2f}, {self.ci95[1]:+.2f}]; {self.seeds} seeds)"
         )
 
 
@@ -94,32 +95,37 @@ class Claim:
         return asdict(self)
 
 
-def _evidence(c: Compare | None, row: str, against: str, expect: int) -> Evidence:
-    ev = Evidence(row, against, "worse" if expect == WORSE else "better")
-    if c is None or c.diff is None:
+@dataclass(frozen=True)
+class Reading:
+    """What every claim reads: the table's dev PPL by row and seed, and the looks made on it."""
+
+    an: Analysis
+    values: dict[str, dict[int, float]]
+    design: Design
+
+    @classmethod
+    def of(cls, an: Analysis) -> Reading:
+        values = {rr.row: dict(rr.values[METRIC]) for rr in an.rows if rr.values[METRIC]}
+        coll = an.coll
+        looks = read_looks(coll.results_dir) if coll is not None and coll.results_dir else []
+        return cls(an, values, Design(PPL, (coll.scale if coll is not None else "") or "", looks))
+
+    def decision(self, row: str, against: str = "base") -> Decision | None:
+        if row not in self.values or against not in self.values:
+            return None
+        values = {"base": self.values[against], row: self.values[row]}
+        return decide_values(values, self.design, pool_over=self.values)[0]
+
+
+def _evidence(d: Decision | None, row: str, against: str, expect: str) -> Evidence:
+    ev = Evidence(row, against, expect)
+    if d is None or d.diff is None:
         return ev
-    ev.diff, ev.n_row, ev.n_against = c.diff, c.n_row, c.n_base
-    ev.t = (c.ttest.lo, c.ttest.hi) if c.ttest else None
-    ev.boot = (c.boot.lo, c.boot.hi) if c.boot else None
-    side = _side(ev)
-    ev.holds = None if side == 0 else side == expect
+    ev.diff, ev.state, ev.alpha, ev.seeds = d.diff, d.state, d.alpha, d.seeds
+    ev.look, ev.ci95 = (d.lo, d.hi), d.interval(0.05)
+    if expect in (WORSE, BETTER) and d.state != "undecided":
+        ev.holds = d.state == expect
     return ev
-
-
-def _intervals(ev: Evidence) -> list[tuple[float, float]]:
-    return [iv for iv in (ev.t, ev.boot) if iv is not None]
-
-
-def _side(ev: Evidence) -> int:
-    """+1 / -1: every interval above / below zero over SEEDS_MIN seeds per side; 0: undecided."""
-    ivs = _intervals(ev)
-    if not ivs or min(ev.n_row, ev.n_against) < SEEDS_MIN:
-        return 0
-    if all(lo > 0 for lo, _ in ivs):
-        return +1
-    if all(hi < 0 for _, hi in ivs):
-        return -1
-    return 0
 
 
 def verdict(evidence: list[Evidence]) -> str:
@@ -131,31 +137,11 @@ def verdict(evidence: list[Evidence]) -> str:
     return UNDECIDED
 
 
-def _vs_base(an: Analysis, row: str, expect: int) -> Evidence:
-    rr = an.get(row)
-    return _evidence(None if rr is None else rr.cmp.get(METRIC), row, "base", expect)
-
-
 def _measured(rr: RowResult | None) -> bool:
     return rr is not None and len(rr.values[METRIC]) > 0
 
 
-def _vs_best(an: Analysis, row: str, best: RowResult) -> Evidence:
-    """The row against the best head setting, by the report's own comparison (analysis._compare) with the
-    best setting in base's place."""
-    rr = an.get(row)
-    if best.row == "base" or not _measured(rr):
-        return _vs_base(an, row, WORSE)
-    if rr is best:  # the row is itself the best setting: against the claim
-        ev = Evidence(row, best.row, "worse", diff=0.0, holds=False)
-        ev.n_row = ev.n_against = len(rr.values[METRIC])
-        return ev
-    probe = replace(rr, cmp={})
-    _compare(probe, best, _sentences(best), an.n_boot, 0, 1)
-    return _evidence(probe.cmp[METRIC], row, best.row, WORSE)
-
-
-def claim_a(an: Analysis) -> Claim:
+def claim_a(rd: Reading) -> Claim:
     cl = Claim(
         "A",
         "Single-head attention is 0.9 BLEU worse than the best setting, and quality also drops off with "
@@ -164,15 +150,20 @@ def claim_a(an: Analysis) -> Claim:
         "A1-A4)",
         list(HEADS),
     )
-    measured = [rr for row in HEADS if _measured(rr := an.get(row))]
-    base = an.get("base")
-    if not _measured(base):
-        cl.evidence = [Evidence(r, "base", "worse") for r in ("A1", "A4")]
+    an = rd.an
+    if not _measured(an.get("base")):
+        cl.evidence = [Evidence(r, "base", WORSE) for r in ("A1", "A4")]
         cl.note = "base not measured"
         cl.verdict = verdict(cl.evidence)
         return cl
-    best = min(measured, key=lambda rr: rr.summary(METRIC)[0])
-    cl.evidence = [_vs_best(an, row, best) for row in ("A1", "A4")]
+    best = min((rr for row in HEADS if _measured(rr := an.get(row))), key=lambda rr: rr.summary(METRIC)[0])
+    cl.evidence = []
+    for row in ("A1", "A4"):
+        if row == best.row:  # the row is itself the best setting: against the claim
+            ev = Evidence(row, row, WORSE, diff=0.0, holds=False, seeds=len(best.values[METRIC]))
+        else:
+            ev = _evidence(rd.decision(row, best.row), row, best.row, WORSE)
+        cl.evidence.append(ev)
     cl.note = f"best head setting: {best.row} (dev PPL {best.summary(METRIC)[0]:.2f})"
     cl.verdict = verdict(cl.evidence)
     return cl
@@ -198,33 +189,40 @@ AGAINST_BASE = {
 }
 
 
-def claim_against_base(an: Analysis, key: str) -> Claim:
+def claim_against_base(rd: Reading, key: str) -> Claim:
     """Claims B, C and D: each of their rows' Δ to base decided in the direction the claim expects."""
     paper_words, rule, expect = AGAINST_BASE[key]
     cl = Claim(key, paper_words, rule, list(expect))
-    cl.evidence = [_vs_base(an, row, sign) for row, sign in expect.items()]
+    cl.evidence = [_evidence(rd.decision(row), row, "base", sign) for row, sign in expect.items()]
     cl.verdict = verdict(cl.evidence)
     return cl
 
 
-def claim_e(an: Analysis) -> Claim:
+def claim_e(rd: Reading) -> Claim:
     cl = Claim(
         "E",
         "Learned positional embeddings instead of sinusoids give nearly identical results to the base model.",
-        f"every interval of E's Δ within ±{NEARLY_IDENTICAL:.0%} of base's dev PPL",
+        f"E's Δ within ±{NEARLY_IDENTICAL:.0%} of base's dev PPL (equivalence test at E's look)",
         ["E"],
     )
-    ev = _vs_base(an, "E", WORSE)
-    ev.expect, ev.holds = "nearly identical", None
-    base = an.get("base")
-    ivs = _intervals(ev)
-    if ev.diff is not None and _measured(base) and ivs and min(ev.n_row, ev.n_against) >= SEEDS_MIN:
-        tol = NEARLY_IDENTICAL * base.summary(METRIC)[0]
-        cl.note = f"tolerance ±{tol:.3f} ({NEARLY_IDENTICAL:.0%} of base's {base.summary(METRIC)[0]:.2f})"
-        if all(-tol <= lo and hi <= tol for lo, hi in ivs):
+    d = rd.decision("E")
+    ev = _evidence(d, "E", "base", "nearly identical")
+    base = rd.an.get("base")
+    if ev.diff is not None and d.alpha > 0:
+        mean = base.summary(METRIC)[0]
+        tol = NEARLY_IDENTICAL * mean
+        cl.note = f"tolerance ±{tol:.3f} ({NEARLY_IDENTICAL:.0%} of base's {mean:.2f})"
+        eq_lo, eq_hi = d.interval(2 * d.alpha)
+        if -tol < eq_lo and eq_hi < tol:
             ev.holds = True
-        elif all(lo > tol for lo, _ in ivs) or all(hi < -tol for _, hi in ivs):
+        elif d.lo > tol or d.hi < -tol:
             ev.holds = False
+        cl.note += (
+            f"; equivalence interval (1 - 2 alpha) [{eq_lo:+.2f}, {eq_hi:+.2f}]"
+            + {True: " inside it", False: "", None: ": neither inside it nor the look's interval outside"}[
+                ev.holds
+            ]
+        )
     cl.evidence = [ev]
     cl.verdict = verdict(cl.evidence)
     return cl
@@ -232,7 +230,8 @@ def claim_e(an: Analysis) -> Claim:
 
 def claims(an: Analysis) -> list[Claim]:
     """The five claims of section 6.2, each with its rows, evidence and verdict."""
-    return [claim_a(an), *(claim_against_base(an, k) for k in AGAINST_BASE), claim_e(an)]
+    rd = Reading.of(an)
+    return [claim_a(rd), *(claim_against_base(rd, k) for k in AGAINST_BASE), claim_e(rd)]
 
 
 def claims_data(an: Analysis) -> list[dict[str, Any]]:
@@ -241,13 +240,13 @@ def claims_data(an: Analysis) -> list[dict[str, Any]]:
 
 
 RULES_NOTE = (
-    "Each claim of the paper's section 6.2, read by a rule over the dev-PPL Δ of the rows it rests on. A "
-    f"row's Δ counts only over at least {SEEDS_MIN} seeds per side with both 95% intervals (seed-level t "
-    "and bootstrap, as in the statistics) on one side of zero. supported: every row as claimed; not "
-    "supported: a row against the claim; undecided: otherwise (an interval includes zero, or a row is not "
-    "measured). (A) compares A1 and A4 with the best head setting by the same test; (E) asks both "
-    f"intervals to lie within ±{NEARLY_IDENTICAL:.0%} of base's dev PPL (the paper's smallest effect, "
-    f"{PAPER_PPL_EFFECT} of {PAPER_BASE_PPL}), and is not supported when both lie outside it."
+    "Each claim of the paper's section 6.2, read by a rule over the dev-PPL Δ of the rows it rests on, "
+    "through the planner's procedure (the Decisions below: the pooled seed variance, each row's look and the "
+    "alpha it spent). supported: every row decided as claimed; not supported: a row decided against the "
+    "claim; undecided: otherwise (a row undecided at this look, or not measured). (A) compares A1 and A4 "
+    "with the best head setting by the same test, at the alpha of the row's look; (E) is an equivalence "
+    f"test within ±{NEARLY_IDENTICAL:.0%} of base's dev PPL (the paper's smallest effect, {PAPER_PPL_EFFECT} "
+    f"of {PAPER_BASE_PPL}) at E's look, not supported when the look's interval lies outside that band."
 )
 
 

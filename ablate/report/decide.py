@@ -1,38 +1,43 @@
 """The ablation planner's decisions: for each row and each metric its task declares, whether the row's
-difference to base is decided, and how many seeds would decide it (docs/planner.md).
+difference to base is decided, and how many seeds would decide it (docs/planner.md states each estimator).
 
-- States: **better** or **worse** (the row's difference to base has a two-sided (1 - a) t interval that
-  excludes zero, in the metric's direction), **negligible** (the equivalence test TOST at a: the (1 - 2a)
-  interval lies inside +-delta, delta the metric's `negligible`), else **undecided**. The t interval is the
-  paired t over shared seeds where every seed of the row has base's, else Welch's.
+- The seed variance is pooled over the rows of the table: s^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1), on
+  df = sum (n_i - 1) degrees of freedom (a one-way analysis of variance's within-row mean square). A row's
+  difference to base, d = mean(row) - mean(base), has the standard error s sqrt(1/n_row + 1/n_base) and
+  its interval the t quantile on df: one row's own two or three seeds never carry the decision, so
+  differences that happen to agree at two seeds give no zero-width interval. A row whose own spread is far
+  from the other rows' (two-sided F test, p < FLAG_P) is flagged: the pooled variance may not suit it.
+- States at this look's alpha a: **better** or **worse** (the (1 - a) interval excludes zero, in the
+  metric's direction), **negligible** (TOST at a: the (1 - 2a) interval lies inside +-delta, delta the
+  metric's `negligible`), else **undecided**. Every line also gives the 95% interval, and an undecided one
+  the smallest |d| this look could have decided.
 - Looks: the seeds a decision looks at grow, so each look spends part of alpha, by the Lan-DeMets spending
-  function of O'Brien-Fleming's bounds: a(t) = 2 - 2 Phi(z_{1-alpha/2} / sqrt(t)), t = the seeds per side
-  at this look over the seeds planned. The looks made (the seeds at each, the alpha spent) are kept in
-  `<results>/looks.jsonl` by `--decide-command`; a look spends what a(t) adds to what earlier looks spent,
-  so however often the rows are tested again, the chance of a false decision stays at most alpha.
-- Seeds until decided: per side, for power 0.8 at the alpha of the last look, with the seed variance
-  pooled over the rows of the table (each row's variance about its own mean): the smallest n with
-  n >= 2 s^2 (t_{1-a/2, 2n-2} + t_{power, 2n-2})^2 / d^2, d the observed difference (for a row whose
-  difference is below delta: n for TOST, with (delta - |d|) and t_{1-a}); the normal quantiles alone
-  undercount at a few seeds. Past `cap` seeds: not decidable within cap.
+  function of O'Brien-Fleming type, alpha/2 a side (R gsDesign's sfLDOF): a(t) = 2 (2 - 2 Phi(z_{1-alpha/4}
+  / sqrt(t))), t = the seeds per side at this look over the most any look of the row planned. The looks
+  made are kept in `<results>/looks.jsonl` by `--decide-command`; a look spends what a(t) adds to what
+  earlier looks spent (nominally, at its own level: a union bound over the looks).
+- Seeds until decided: per side, the smallest n whose exact power (noncentral t) reaches POWER at the
+  alpha left, for the observed difference (two-sided; for a difference below delta, TOST's one-sided test
+  at delta - |d|), with s the pooled sd on the degrees of freedom the table will have: the other rows'
+  and 2n - 2. Past `cap` seeds: not decidable within cap.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from scipy import stats as sps
+import numpy as np
+from scipy import special as spc
 
-from ablate.report import stats
 from ablate.report.collect import Collection
 from ablate.tasks import Metric
 
 ALPHA, POWER, CAP = 0.05, 0.8, 20
+FLAG_P = 0.01  # a row's spread this unlikely under the pooled variance is flagged
 LOOKS = "looks.jsonl"
 
 
@@ -40,68 +45,76 @@ LOOKS = "looks.jsonl"
 # Statistics
 
 
-def pooled_sd(groups: Iterable[Sequence[float]]) -> float | None:
-    """sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1)) over the groups of two values or more."""
+@dataclass(frozen=True)
+class Pool:
+    """The seed standard deviation pooled over rows, on its degrees of freedom."""
+
+    sd: float
+    df: int
+
+
+def pooled(groups: Iterable[Sequence[float]]) -> Pool | None:
+    """sqrt(sum (n_i - 1) s_i^2 / sum (n_i - 1)) over the groups of two values or more; None without any."""
     ss, df = 0.0, 0
     for g in groups:
         if len(g) >= 2:
-            ss += statistics.variance(g) * (len(g) - 1)
+            ss += float(np.var(g, ddof=1)) * (len(g) - 1)
             df += len(g) - 1
-    return math.sqrt(ss / df) if df else None
+    return Pool(math.sqrt(ss / df), df) if df else None
+
+
+def t_quantile(q: float, df: float) -> float:
+    """Student's t quantile (scipy.special.stdtrit: scipy.stats.t.ppf without its overhead)."""
+    return float(spc.stdtrit(df, q))
+
+
+def power(sd: float, effect: float, alpha: float, n, df, one_sided: bool = False) -> np.ndarray:
+    """Exact power of the pooled two-sample t test with n seeds a side on df degrees of freedom, for a
+    true difference `effect`: P(T > c) (+ P(T < -c) two-sided), T noncentral t, ncp = effect / (sd
+    sqrt(2 / n))."""
+    n, df = np.asarray(n, float), np.asarray(df, float)
+    ncp = effect / (sd * np.sqrt(2.0 / n))
+    c = spc.stdtrit(df, 1 - alpha if one_sided else 1 - alpha / 2)
+    up = 1.0 - spc.nctdtr(df, ncp, c)
+    return up if one_sided else up + spc.nctdtr(df, ncp, -c)
 
 
 def seeds_needed(
     sd: float,
     effect: float,
     alpha: float,
-    power: float,
+    power_: float,
     cap: int,
     one_sided: bool = False,
-    paired: bool = False,
+    extra_df: int = 0,
 ) -> int | None:
-    """Seeds per side for a two-sample t-test (two-sided; one-sided for each half of TOST) to find
-    `effect` with `power` at `alpha`: the smallest n >= 2 with n >= 2 sd^2 (t_a + t_power)^2 / effect^2 on
-    2n - 2 degrees of freedom (n - 1 where the seeds are paired: the variance of a difference is the same,
-    2 sd^2 for independent seeds, its degrees of freedom are the pairs'). None past `cap`."""
-    if effect <= 0:
+    """The smallest n in 2..cap seeds a side whose power (see `power`, on 2n - 2 + extra_df degrees of
+    freedom) reaches `power_`; None past `cap`."""
+    if effect <= 0 or sd <= 0 or alpha <= 0:
         return None
-    q = 1 - alpha if one_sided else 1 - alpha / 2
-    for n in range(2, cap + 1):
-        df = n - 1 if paired else 2 * n - 2
-        if n >= 2 * sd**2 * (sps.t.ppf(q, df) + sps.t.ppf(power, df)) ** 2 / effect**2:
-            return n
-    return None
-
-
-def t_interval(
-    base: dict[int, float], row: dict[int, float], alpha: float
-) -> tuple[float, float, float, str] | None:
-    """(difference row - base, lo, hi, test) at level 1 - alpha: paired t over shared seeds where every seed
-    of the row has base's, else Welch's; None below two seeds a side."""
-    t = stats.against_base(base, row, conf=1 - alpha)
-    return None if t is None else (t.diff, t.lo, t.hi, t.kind)
-
-
-def tost(
-    base: dict[int, float], row: dict[int, float], delta: float, alpha: float
-) -> tuple[float, float, bool] | None:
-    """Two one-sided tests at alpha: the (1 - 2 alpha) interval of the difference, and whether it lies in
-    (-delta, delta)."""
-    found = t_interval(base, row, 2 * alpha)
-    if found is None:
-        return None
-    _, lo, hi, _ = found
-    return lo, hi, -delta < lo and hi < delta
+    n = np.arange(2, cap + 1)
+    ok = np.nonzero(power(sd, effect, alpha, n, 2 * n - 2 + extra_df, one_sided) >= power_)[0]
+    return int(n[ok[0]]) if ok.size else None
 
 
 def spent(alpha: float, t: float) -> float:
-    """O'Brien-Fleming's spending function (Lan & DeMets 1983): the alpha spent by information fraction t."""
+    """The Lan-DeMets O'Brien-Fleming spending function, alpha/2 a side (gsDesign's sfLDOF): the two-sided
+    alpha spent by information fraction t."""
     t = min(max(t, 1e-9), 1.0)
-    return float(2 - 2 * sps.norm.cdf(sps.norm.ppf(1 - alpha / 2) / math.sqrt(t)))
+    return float(4 * spc.ndtr(spc.ndtri(alpha / 4) / math.sqrt(t)))
+
+
+def spread_p(values: Sequence[float], others: Pool | None) -> float | None:
+    """Two-sided p of the F test of a row's seed variance against the other rows' pooled variance."""
+    if len(values) < 2 or others is None or others.sd <= 0:
+        return None
+    f = float(np.var(values, ddof=1)) / others.sd**2
+    lower = float(spc.fdtr(len(values) - 1, others.df, f))
+    return min(1.0, 2 * min(lower, 1 - lower))
 
 
 # ------------------------------------------------------------------------------------------------------------
-# Looks and decisions
+# Looks
 
 
 @dataclass(frozen=True)
@@ -115,14 +128,18 @@ class Look:
 
 
 class LooksError(ValueError):
-    """looks.jsonl holds a line that is not a look: the alpha spent so far is unknown."""
+    """looks.jsonl cannot be read as looks: the alpha spent so far is unknown."""
 
 
 def read_looks(results: Path) -> list[Look]:
-    """The looks made so far on the records of `results` (LooksError names a line that is not one)."""
+    """The looks made so far on the records of `results` (LooksError names what is not one)."""
     path = Path(results) / LOOKS
-    if not path.is_file():
+    if not path.exists():
         return []
+    if not path.is_file():
+        raise LooksError(
+            f"{path}: not a file; the alpha spent so far is unknown: put the looks file back in its place"
+        )
     out = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         try:
@@ -145,41 +162,80 @@ def record_looks(results: Path, looks: list[Look]) -> None:
             f.writelines(json.dumps(asdict(look)) + "\n" for look in new)
 
 
+# ------------------------------------------------------------------------------------------------------------
+# Decisions
+
+
 @dataclass(frozen=True)
 class Decision:
     row: str
     metric: Metric
     state: str  # better | worse | negligible | undecided | not compared
-    diff: float | None
-    lo: float | None
+    diff: float | None  # mean(row) - mean(base)
+    lo: float | None  # the (1 - alpha) interval of this look
     hi: float | None
-    test: str
     alpha: float  # this look's
-    seeds: int  # per side now
+    seeds: int  # per side now (the fewer)
     needed: int | None  # seeds per side that would decide it (undecided rows); None: past the cap
     planned: int  # the seeds this look's alpha was spent against
+    se: float | None = None  # of diff: pooled sd x sqrt(1/n_row + 1/n_base)
+    df: int = 0  # the pooled variance's
+    cap: int = CAP
+    span: float = math.inf  # the metric's range over the table's runs: no wider interval is printed
+    flag: str = ""  # a row whose spread is far from the pool's
     cost_s: float | None = None  # the wall time of the runs `needed` adds, as the records took it
+
+    def interval(self, alpha: float) -> tuple[float, float]:
+        half = t_quantile(1 - alpha / 2, self.df) * self.se
+        return self.diff - half, self.diff + half
 
     def text(self) -> str:
         m = self.metric
         if self.diff is None:
             return f"{self.row} {m.label}: {self.state}"
-        where = f"{self.diff:+.2f} [{self.lo:+.2f}, {self.hi:+.2f}] ({self.test}, alpha {self.alpha:.3g})"
-        more = ""
-        if self.state == "undecided":
-            more = f"; not decidable within {CAP} seeds"
+        lo95, hi95 = self.interval(0.05)
+        where = f"{self.diff:+.2f}, 95% interval {_iv(lo95, hi95, self.span)}"
+        look = f"(pooled t on {self.df} df, alpha {self.alpha:.3g} at {self.seeds} seeds)"
+        if self.state != "undecided":
+            now = _iv(self.lo, self.hi, self.span)
+            out = f"{self.row} {m.label}: {self.state}, {where}; at this look {now} {look}"
+        else:
+            half = (self.hi - self.lo) / 2
+            could = (
+                f"decides only |Δ| > {half:.2f}" if half < self.span else "decides no |Δ| this table shows"
+            )
+            out = f"{self.row} {m.label}: undecided, {where}; {could} at this look {look}"
             if self.needed:
                 from ablate.jobs.estimate import duration
 
                 took = f", ~{duration(self.cost_s)} as their records took" if self.cost_s else ""
-                more = f"; {self.needed} seeds a side would decide it{took}"
-        return f"{self.row} {m.label}: {self.state}, {where} at {self.seeds} seeds{more}"
+                out += f"; {self.needed} seeds a side would decide it{took}"
+            else:
+                out += f"; not decidable within {self.cap} seeds"
+        return out + (f"; {self.flag}" if self.flag else "")
+
+
+def _iv(lo: float, hi: float, span: float) -> str:
+    return f"[{lo:+.2f}, {hi:+.2f}]" if hi - lo <= span else f"wider than the table's range ({span:.2f})"
+
+
+@dataclass(frozen=True)
+class Design:
+    """What every decision of one metric shares."""
+
+    metric: Metric
+    preset: str = ""
+    looks: Sequence[Look] = ()
+    alpha: float = ALPHA
+    power: float = POWER
+    cap: int = CAP
+    negligible: float | None = None  # the metric's own where None
 
 
 def decide(
     coll: Collection,
     metrics: Sequence[Metric],
-    looks: list[Look] = (),
+    looks: Sequence[Look] = (),
     alpha: float = ALPHA,
     power: float = POWER,
     cap: int = CAP,
@@ -187,13 +243,11 @@ def decide(
 ) -> list[Decision]:
     """Every row's decision against base for each metric (see the module's docstring)."""
     delta = delta or {}
-    base = coll.finished("base")
     out = []
     for m in metrics:
         values = {row: _values(coll.finished(row), m) for row in coll.runs}
-        sd = pooled_sd([list(v.values()) for v in values.values()])
-        for row in (r for r in coll.runs if r != "base"):
-            d = _one(row, m, _values(base, m), values[row], sd, looks, coll.scale, alpha, power, cap, delta)
+        design = Design(m, coll.scale or "", looks, alpha, power, cap, delta.get(m.name))
+        for d in decide_values(values, design):
             out.append(replace(d, cost_s=_cost(coll, d)) if d.needed else d)
     return out
 
@@ -202,40 +256,83 @@ def _values(runs: dict, m: Metric) -> dict[int, float]:
     return {s: v for s, r in runs.items() if (v := r.metric(m.record_key)) is not None}
 
 
-def _one(row, m, base, mine, sd, looks, preset, alpha, power, cap, delta) -> Decision:
+def decide_values(
+    values: Mapping[str, Mapping[int, float]], design: Design, pool_over: Mapping | None = None
+) -> list[Decision]:
+    """The decisions of one metric over a table {row: {seed: value}} against its row "base", the seed
+    variance pooled over `pool_over` (a whole table of which `values` compares a part) or `values`."""
+    base = values.get("base", {})
+    table = values if pool_over is None else pool_over
+    pool = pooled([list(v.values()) for v in table.values()])
+    seen = [v for by in table.values() for v in by.values()]
+    span = max(seen) - min(seen) if seen else math.inf
+    flags = _flags(table)
+    out = []
+    for row in (r for r in values if r != "base"):
+        d = _one(design, row, base, values[row], pool)
+        flag = "; ".join(f for f in (flags.get(row), flags.get("base")) if f)
+        out.append(replace(d, span=span or math.inf, flag=flag))
+    return out
+
+
+def _flags(values: Mapping[str, Mapping[int, float]]) -> dict[str, str]:
+    """Each row whose spread is far from the other rows' pooled spread (spread_p below FLAG_P), in words."""
+    own = {
+        r: (float(np.var(list(v.values()), ddof=1)) * (len(v) - 1), len(v) - 1)
+        for r, v in values.items()
+        if len(v) >= 2
+    }
+    ss, df = sum(x for x, _ in own.values()), sum(n for _, n in own.values())
+    out = {}
+    for row, (ss_i, df_i) in own.items():
+        rest = Pool(math.sqrt((ss - ss_i) / (df - df_i)), df - df_i) if df > df_i else None
+        p = spread_p(list(values[row].values()), rest)
+        if p is not None and p < FLAG_P:
+            sd = math.sqrt(ss_i / df_i)
+            out[row] = (
+                f"{row}'s seeds spread sd {sd:.2f} against the other rows' {rest.sd:.2f} (F test p {p:.2g})"
+            )
+    return out
+
+
+def _one(design: Design, row: str, base: Mapping[int, float], mine: Mapping[int, float], pool) -> Decision:
+    m, alpha, cap = design.metric, design.alpha, design.cap
     n = min(len(base), len(mine))
-    negligible = delta.get(m.name, m.negligible)
-    found = t_interval(base, mine, alpha)
-    if found is None or sd is None:
-        return Decision(row, m, "not compared", None, None, None, "", alpha, n, None, n)
-    before = [lk for lk in looks if (lk.preset, lk.row, lk.metric) == (preset, row, m.name)]
+    if n == 0 or pool is None or pool.sd <= 0:
+        return Decision(row, m, "not compared", None, None, None, alpha, n, None, n, cap=cap)
+    negligible = m.negligible if design.negligible is None else design.negligible
+    diff = float(np.mean(list(mine.values())) - np.mean(list(base.values())))
+    se = pool.sd * math.sqrt(1 / len(mine) + 1 / len(base))
+    other_df = pool.df - max(len(mine) - 1, 0) - max(len(base) - 1, 0)  # rows the command does not train
+    before = [lk for lk in design.looks if (lk.preset, lk.row, lk.metric) == (design.preset, row, m.name)]
     this = [lk for lk in before if lk.seeds == n]  # a look at these seeds: this one, read again
     used = sum(lk.alpha for lk in before if lk.seeds != n)
-    effect = abs(found[0])
+
+    def plan(left: float) -> int | None:
+        return seeds_for(pool.sd, abs(diff), negligible, left, design.power, cap, other_df)
+
     if before:  # the largest plan of any look sets the information fraction (a smaller spends faster)
         planned = max(lk.planned for lk in before)
     else:  # a first look: it leaves alpha for one more at least
-        guess = seeds_for(sd, effect, negligible, alpha, power, cap, alpha - spent(alpha, n / cap))
-        planned = max(n + 1, guess or cap)
+        planned = max(n + 1, plan(alpha - spent(alpha, n / cap)) or cap)
     if this:
         a = this[0].alpha
     else:
         a = (alpha - used) if n >= planned else max(spent(alpha, n / planned) - used, 0.0)
+    d = Decision(row, m, "undecided", diff, diff, diff, a, n, None, planned, se, pool.df, cap)
     if a <= 0:
-        return Decision(row, m, "undecided", *found[:3], found[3], 0.0, n, None, planned)
-    diff, lo, hi, test = t_interval(base, mine, a)
-    good = m.higher_is_better
+        return replace(d, lo=-math.inf, hi=math.inf)
+    lo, hi = d.interval(a)
     if lo > 0 or hi < 0:
-        state = "better" if (lo > 0) == good else "worse"
-    elif (eq := tost(base, mine, negligible, a)) and eq[2]:
+        state = "better" if (lo > 0) == m.higher_is_better else "worse"
+    elif -negligible < (eq := d.interval(2 * a))[0] and eq[1] < negligible:
         state = "negligible"
     else:
         state = "undecided"
     needed = None
-    if state == "undecided":
-        needed = seeds_for(sd, abs(diff), negligible, alpha, power, cap, alpha - used - a)
-        needed = None if needed is None else max(needed, n + 1)
-    return Decision(row, m, state, diff, lo, hi, test, a, n, needed, planned)
+    if state == "undecided" and (found := plan(alpha - used - a)) is not None:
+        needed = max(found, n + 1)
+    return replace(d, state=state, lo=lo, hi=hi, needed=needed)
 
 
 def _cost(coll: Collection, d: Decision) -> float | None:
@@ -252,41 +349,82 @@ def _cost(coll: Collection, d: Decision) -> float | None:
 
 
 def seeds_for(
-    sd: float, effect: float, negligible: float, alpha: float, power: float, cap: int, left: float
+    sd: float, effect: float, negligible: float, alpha: float, power_: float, cap: int, extra_df: int = 0
 ) -> int | None:
-    """Seeds per side that decide a difference of `effect` with `power` at the alpha `left` for the
-    final look: its sign where it is at least `negligible`, else its equivalence (TOST, one-sided)."""
-    if left <= 0:
+    """Seeds per side that decide a difference of `effect` with `power_` at the alpha left for the final
+    look: its sign where it is at least `negligible`, else its equivalence (TOST's one-sided test at
+    negligible - effect)."""
+    if alpha <= 0:
         return None
-    if effect >= negligible:  # the decide command trains the same seeds for the row and base: pairs
-        return seeds_needed(sd, effect, left, power, cap, paired=True)
-    return seeds_needed(sd, negligible - effect, left, power, cap, one_sided=True, paired=True)
+    if effect >= negligible:
+        return seeds_needed(sd, effect, alpha, power_, cap, extra_df=extra_df)
+    return seeds_needed(sd, negligible - effect, alpha, power_, cap, one_sided=True, extra_df=extra_df)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The command that decides
+
+
+@dataclass(frozen=True)
+class Next:
+    """What the decide command trains (its rows, base first, to `seeds` a side), why, and its looks."""
+
+    rows: list[str]
+    seeds: int
+    why: str
+    looks: list[Look] = field(default_factory=list)
+
+
+def next_seeds(
+    decisions: Sequence[Decision], preset: str, have: Mapping[str, int], only: Sequence[str] | None = None
+) -> Next | None:
+    """The rows (of `only`, where given) and the seeds a side that decide the undecided rows, or that
+    compare the rows not compared yet (a second seed of base and of each of them); `have` is each row's
+    finished seeds. None: nothing more seeds would decide. The look is at every row compared, decided or
+    not: the report shows them all, so all were seen, and a decided row's look keeps its alpha when other
+    rows' seeds change the pooled variance."""
+    mine = [d for d in decisions if only is None or d.row in only]
+    looks = [
+        Look(preset, d.row, d.metric.name, d.seeds, d.needed or d.planned, d.alpha)
+        for d in decisions
+        if d.state != "not compared" and d.alpha > 0
+    ]
+    undecided = [d for d in mine if d.state == "undecided" and d.needed]
+    if undecided:
+        rows = list(dict.fromkeys(d.row for d in undecided))
+        n = max(d.needed for d in undecided)  # a Hydra sweep is a product: rows that need fewer get n too
+        return Next(["base", *rows], n, f"{n} seeds a side decide {', '.join(rows)}", looks)
+    apart = list(dict.fromkeys(d.row for d in mine if d.state == "not compared"))
+    if not apart:
+        return None
+    thin = [r for r in ["base", *apart] if have.get(r, 0) < 2]
+    lacking = [r for r in ["base", *apart] if have.get(r, 0) == 0]
+    reason = (
+        f"no finished seed of {', '.join(lacking)}"
+        if lacking
+        else "no row has two seeds, so the seed variance is unknown"
+    )
+    why = f"not compared: {', '.join(apart)} ({reason}); this brings to two seeds: {', '.join(thin)}"
+    return Next(["base", *apart], 2, why, looks)
 
 
 def decide_command(
     coll: Collection, decisions: list[Decision], overrides: list[str], only: Sequence[str] | None = None
-) -> tuple[str, list[Look]] | None:
-    """The one `python -m ablate.run` that trains the seeds the undecided rows (of `only`, where given:
-    one claim's rows) need, with base's beside them (the sweep skips the seeds already finished), and the
-    looks it makes. The look is at every row compared, decided or not: the report shows them all, so all
-    were seen, and a decided row's look keeps its alpha when other rows' seeds change the pooled variance."""
-    undecided = [d for d in decisions if d.state == "undecided" and d.needed]
-    chosen = [d for d in undecided if only is None or d.row in only]
-    if not chosen:
+) -> tuple[str, list[Look], str] | None:
+    """The one `python -m ablate.run` that trains what `next_seeds` asks (the sweep skips the seeds already
+    finished; the same seeds for every row: pairs), the looks it makes and why, or None."""
+    have = {row: len(coll.finished(row)) for row in coll.runs}
+    nxt = next_seeds(decisions, coll.scale or "", have, only)
+    if nxt is None:
         return None
-    rows = sorted({d.row for d in chosen}, key=list(coll.runs).index)
-    n = max(d.needed for d in chosen)  # a Hydra sweep is a product: rows that need fewer get n too
+    order = list(coll.runs)
+    rows = sorted(set(nxt.rows) - {"base"}, key=lambda r: order.index(r) if r in order else len(order))
     seeds = sorted({s for row in ["base", *rows] for s in coll.finished(row)})
-    while len(seeds) < n:
+    while len(seeds) < nxt.seeds:
         seeds.append(max(seeds, default=0) + 1)
     cmd = [
         "python -m ablate.run -m",
         f"model={','.join(['base', *rows])}",
         f"seed={','.join(map(str, seeds))}",
     ]
-    looks = [  # every row was seen, decided ones and those past the cap too: each spent its alpha
-        Look(coll.scale or "", d.row, d.metric.name, d.seeds, d.needed or d.planned, d.alpha)
-        for d in decisions
-        if d.state != "not compared" and d.alpha > 0
-    ]
-    return " ".join([*cmd, *overrides]), looks
+    return " ".join([*cmd, *overrides]), nxt.looks, nxt.why

@@ -1,7 +1,7 @@
 """Any task's variations table (`python -m ablate.report metrics --task T`): each row's finished seeds,
 and for perplexity and every dev metric the task declares, its mean ± sd, the seed-level 95% t interval,
-and its difference to base with the interval of a paired t over shared seeds (Welch's t otherwise), read
-in the metric's own direction."""
+its difference to base with the 95% interval of the pooled t, and the planner's decision at this look
+(report/decide.py): one verdict per row and metric."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from ablate.report import stats
 from ablate.report.collect import Collection
-from ablate.report.decide import decide, read_looks
+from ablate.report.decide import Decision, decide, read_looks
 from ablate.report.render import Table, fnum
 from ablate.tasks import PPL, Metric, Task
 
@@ -18,15 +18,16 @@ def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
     metrics = (*task.metrics, PPL)
     cols = ["row", "seeds"]
     for m in metrics:
-        cols += [f"{m.label} dev", "95% interval", "Δ base", "Δ 95% interval", "better than base"]
-    base = coll.finished("base")
+        cols += [f"{m.label} dev", "95% interval", "Δ base", "Δ 95% interval", "decision"]
+    decisions = decide(coll, metrics, read_looks(coll.results_dir))
+    by = {(d.row, d.metric.name): d for d in decisions}
     body = []
     for row in coll.runs:
         runs = coll.finished(row)
         stale = any(r.stale for r in runs.values())
         cells: list[Any] = [row + (" †" if stale else ""), len(runs)]
         for m in metrics:
-            cells += _cells(m, _values(runs, m), _values(base, m) if row != "base" else {})
+            cells += _cells(_values(runs, m), by.get((row, m.name)))
         body.append(cells)
     notes = [
         f"{task.name}: {task.label or 'its declared metrics'}; preset {coll.scale}.",
@@ -35,19 +36,15 @@ def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
             for m in metrics
         ),  # fmt: skip
         "mean ± sd over finished seeds; 95% interval: Student's t over seeds (none for one seed); Δ base: "
-        "paired t over the seeds both have, else Welch's t (two seeds a side at least); better than base: "
-        "the Δ interval excludes zero in the metric's direction.",
+        "mean of the row less base's, its 95% interval by the t on the seed variance pooled over the rows; "
+        "decision: the planner's at this look (docs/planner.md), below in full.",
         *(
             f"† stale: {row} seed {s}: {'; '.join(r.stale)}"
             for row, by in coll.runs.items()
             for s, r in by.items()
             if r.stale
         ),  # fmt: skip
-        *(
-            f"decision: {d.text()}"
-            for d in decide(coll, metrics, read_looks(coll.results_dir))
-            if d.state != "not compared"
-        ),
+        *(f"decision: {d.text()}" for d in decisions if d.state != "not compared"),
     ]
     title = f"Variations of task {task.name}: dev figures against base"
     return Table(cols, body, align="lr" + "rlrlc" * len(metrics), title=title), notes
@@ -57,7 +54,7 @@ def _values(runs: dict, m: Metric) -> dict[int, float]:
     return {s: v for s, r in runs.items() if (v := r.metric(m.record_key)) is not None}
 
 
-def _cells(m: Metric, mine: dict[int, float], base: dict[int, float]) -> list[str]:
+def _cells(mine: dict[int, float], d: Decision | None) -> list[str]:
     mean, sd, n = stats.mean_sd(list(mine.values()))
     spread = f" ± {fnum(sd, 2)}" if n > 1 else ""
     interval = stats.t_interval(list(mine.values())) if n > 1 else None
@@ -65,14 +62,7 @@ def _cells(m: Metric, mine: dict[int, float], base: dict[int, float]) -> list[st
         "" if n == 0 else fnum(mean, 2) + spread,
         "" if interval is None else f"[{fnum(interval[0], 2)}, {fnum(interval[1], 2)}]",
     ]
-    test = stats.against_base(base, mine)
-    if test is None:
+    if d is None or d.diff is None:
         return out + ["", "", ""]
-    better = test.lo > 0 if m.higher_is_better else test.hi < 0
-    worse = test.hi < 0 if m.higher_is_better else test.lo > 0
-    verdict = "yes" if better else "no, worse" if worse else "undecided"
-    return out + [
-        fnum(test.diff, 2, sign=True),
-        f"[{fnum(test.lo, 2)}, {fnum(test.hi, 2)}] ({test.kind})",
-        verdict,
-    ]
+    lo, hi = d.interval(0.05)
+    return out + [fnum(d.diff, 2, sign=True), f"[{fnum(lo, 2)}, {fnum(hi, 2)}]", d.state]

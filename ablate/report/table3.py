@@ -599,9 +599,11 @@ def _decisions(lines: list[str] | None) -> list[str]:
     head = [
         "## Decisions",
         "",
-        "Each row against base, per metric, at this look's alpha (docs/planner.md: O'Brien-Fleming spending "
-        "over the looks of looks.jsonl; negligible = TOST within the metric's delta; the seeds a side that "
-        "would decide an undecided row, for power 0.8 with the seed variance pooled over the rows). "
+        "Each row against base, per metric (docs/planner.md): the Δ of the means with its 95% interval, "
+        "both intervals by the t on the seed variance pooled over the rows (its degrees of freedom given); "
+        "the decision at this look's alpha (Lan-DeMets O'Brien-Fleming spending over the looks of "
+        "looks.jsonl; negligible = TOST within the metric's delta); an undecided row gives the smallest Δ "
+        "this look could decide and the seeds a side that would decide it, for power 0.8. "
         "`python -m ablate.report --decide-command` prints the run that trains them.",
         "",
     ]
