@@ -71,7 +71,13 @@ def timing(rec: dict[str, Any]) -> Timing | None:
 
 
 def estimate(
-    row: str, preset: str, machine: str, steps_left: int, params: int, timings: Iterable[Timing], command: str = ""
+    row: str,
+    preset: str,
+    machine: str,
+    steps_left: int,
+    params: int,
+    timings: Iterable[Timing],
+    command: str = "",
 ) -> Estimate:
     """The wall time of `steps_left` steps of `row` (with `params` parameters) under `preset` on
     `machine`, from the timings of the preset's records (module docstring); `command`, where given, is

@@ -258,7 +258,7 @@ def summary(outcomes: list[dict], refused: int = 0, parallel: int = 1, how: str 
         text += f"; ~{duration(makespan(known, parallel))} of wall time at {at}" if known else ""
         text += f" ({len(unknown)} of unknown time, more)" if unknown and known else ""
         text += f"; {len(unknown)} run(s) of unknown time" if unknown and not known else ""
-    return text + _calibrations(unknown), REFUSED not in words
+    return _calibrations(unknown) + text, REFUSED not in words  # the counts last: the plan's closing line
 
 
 def _calibrations(unknown: list[dict]) -> str:
@@ -277,8 +277,8 @@ def _calibrations(unknown: list[dict]) -> str:
         chosen = next(c for c in cals if c["row"] == row)
         n = len(cals)
         text += (
-            f"\n[plan] {n} run{'s' * (n > 1)} of {preset} without an estimate: this calibration "
-            f"({MEASURE_STEPS} steps of {row}) gives each one:\n    {chosen['command']}"
+            f"{n} run{'s' * (n > 1)} of {preset} without an estimate: this calibration "
+            f"({MEASURE_STEPS} steps of {row}) gives each one:\n    {chosen['command']}\n[plan] "
         )
     return text
 

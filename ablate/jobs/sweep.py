@@ -29,13 +29,14 @@ def explicit_model_keys(overrides: list[str]) -> list[str]:
     return sorted(set(keys))
 
 
-def member_config(dcfg: DictConfig, task_overrides: list[str], launcher: str | None) -> RunConfig:
+def member_config(dcfg: DictConfig | RunConfig, task_overrides: list[str], launcher: str | None) -> RunConfig:
     """The run a composed job config names: the keys the command line set, the device pool of
     hydra/launcher=gpus, and its experiment's group (`experiment_group`, unless logger or sweep_name set
     one)."""
     # a config Hydra composed carries the schema's types (conf/config.yaml's `schema` default): the object
     # it holds, without to_dataclass's merge into a fresh schema (a plan's jobs, thousands of them)
-    cfg = OmegaConf.to_object(dcfg) if OmegaConf.get_type(dcfg) is RunConfig else to_dataclass(dcfg)
+    typed = OmegaConf.is_config(dcfg) and OmegaConf.get_type(dcfg) is RunConfig
+    cfg = OmegaConf.to_object(dcfg) if typed else to_dataclass(dcfg)
     task_of(cfg.task)  # a task= that names no task stops here in one line; a task's data sources register
     cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))
     if launcher == "gpus" and cfg.trainer.device_pool is None:
@@ -55,7 +56,6 @@ def experiment_group(cfg: RunConfig, task_overrides: list[str]) -> str:
     row and the seed: re-running a sweep, adding a row or a seed, or running one row alone keeps the group;
     no timestamp, path or launcher setting enters it."""
     from ablate.records.identity import DATA_PATHS, NOT_IDENTITY
-
     from ablate.records.store import preset_key
 
     head = cfg.experiment or preset_key(cfg.recipe, cfg.scale.name)

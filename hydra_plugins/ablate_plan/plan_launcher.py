@@ -13,6 +13,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
@@ -46,14 +47,14 @@ class PlanLauncher(Launcher):
         self.hydra_context: HydraContext | None = None
         self.config: DictConfig | None = None
         self._composer: Composer | None = None
-        self._composed: dict[tuple[str, ...], tuple[DictConfig, DictConfig]] = {}  # the sweeper's, for launch
+        self._composed: dict[tuple[str, ...], tuple[Any, DictConfig]] = {}  # the sweeper's, for launch
         self._holder: DictConfig | None = None  # whose Hydra node HydraConfig holds
 
     def setup(self, *, hydra_context: HydraContext, task_function: TaskFunction, config: DictConfig) -> None:
         self.hydra_context, self.config = hydra_context, config  # the task function is what it replaces
         self._composer = Composer(hydra_context.config_loader, config)
 
-    def compose(self, overrides: Sequence[str]) -> tuple[DictConfig, DictConfig]:
+    def compose(self, overrides: Sequence[str]) -> tuple[Any, DictConfig]:
         """The job's config as Hydra composes it for a launcher (Composer); the sweeper's check that a job
         composes and the job's plan line share the one composition."""
         key = tuple(overrides)
@@ -95,31 +96,41 @@ class Composer:
         self.loader, self.master = loader, master
         self.parser = OverridesParser.create(config_loader=loader)
         self.groups = set(loader.list_groups(""))
-        self._bases: dict[tuple[str, ...], DictConfig] = {}
+        self._bases: dict[tuple[str, ...], tuple[DictConfig, DictConfig]] = {}  # (less Hydra's node, whole)
+        self._work: dict[tuple[tuple[str, ...], tuple[str, ...]], DictConfig] = {}
 
-    def __call__(self, overrides: list[str]) -> tuple[DictConfig, DictConfig]:
-        """(the job's config less Hydra's node, a config whose Hydra node holds the job's group choices:
-        that of the jobs that share them, their value overrides aside)."""
+    def __call__(self, overrides: list[str]) -> tuple[Any, DictConfig]:
+        """(the job's config less Hydra's node: the RunConfig it holds, or where that cannot be made the
+        DictConfig, whose conversion then says why; a config whose Hydra node holds the job's group
+        choices: that of the jobs that share them)."""
         parsed = self.parser.parse_overrides(overrides)
         plain = [self._plain(p) for p in parsed]
         values = [p for p, v in zip(parsed, plain, strict=True) if v]
         rest = tuple(o for o, v in zip(overrides, plain, strict=True) if not v)
         if rest not in self._bases:
-            full = self.loader.load_sweep_config(self.master, list(rest))
-            app = copy.deepcopy(full)
-            with open_dict(app):
-                del app["hydra"]
-            self._bases[rest] = (app, full)
+            self._bases[rest] = self._hydra(list(rest))
         app, full = self._bases[rest]
         if any(p.key_or_group in full.hydra.runtime.choices for p in values):
             return self._hydra(overrides)  # a group the defaults list holds under another name
-        cfg = copy.deepcopy(app)
+        # The jobs that set the same keys share one working copy: each sets every one of those keys, so
+        # none sees another's values (a mapping merges into what is there: those take a copy of their own).
+        work_key = (rest, tuple(p.key_or_group for p in values))
+        if work_key not in self._work:
+            self._work[work_key] = copy.deepcopy(app)
+        cfg = (
+            self._work[work_key]
+            if not any(isinstance(p.value(), dict) for p in values)
+            else copy.deepcopy(app)
+        )
         try:
             for p in values:
                 OmegaConf.update(cfg, p.key_or_group, p.value(), merge=True)
         except OmegaConfBaseException:
             return self._hydra(overrides)
-        return cfg, full
+        try:
+            return OmegaConf.to_object(cfg), full  # now, before the next job sets its values
+        except OmegaConfBaseException:
+            return copy.deepcopy(cfg), full
 
     def _hydra(self, overrides: list[str]) -> tuple[DictConfig, DictConfig]:
         """Hydra's own composition of the job (and its error where it has one)."""

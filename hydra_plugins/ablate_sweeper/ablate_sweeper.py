@@ -128,7 +128,9 @@ class AblateSweeper(Sweeper):
                 if self.planning:  # the plan launcher composes each job once, for this check and its line
                     dcfg = self.launcher.compose(overrides)
                 else:
-                    dcfg = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+                    dcfg = loader.load_sweep_config(
+                        master_config=self.config, sweep_overrides=list(overrides)
+                    )
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
                 reason = _composition_problem(list(overrides), e, loader.get_sources())
                 label = plan.label(overrides)
