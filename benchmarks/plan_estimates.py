@@ -13,7 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from ablate.jobs.estimate import estimate, timing
+from ablate.jobs.estimate import estimate, speed_ratios, timing
 from ablate.records.store import find_records
 
 
@@ -41,8 +41,15 @@ def main(folder: str) -> None:
 
 
 def _outside(est, t, others) -> float:
-    """The part of an estimate outside training (the median over the records it came from)."""
-    here = [o for o in others if o.preset == t.preset and o.machine == t.machine]
+    """The part of an estimate outside training (the median over the records it came from, each x its
+    machine's speed ratio for a ratio estimate)."""
+    pool = [o for o in others if o.preset == t.preset]
+    if est.basis == "ratio":
+        ratios = speed_ratios(pool, t.machine)
+        return statistics.median(
+            o.outside_s * ratios[o.machine] for o in pool if o.row == t.row and o.machine in ratios
+        )
+    here = [o for o in pool if o.machine == t.machine]
     same = [o for o in here if o.row == t.row] if est.basis == "measured" else here
     return statistics.median(o.outside_s for o in same)
 

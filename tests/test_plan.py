@@ -345,3 +345,164 @@ def test_the_plan_lists_the_runs_the_command_trains(tmp_path, args, rows):
     if "-m" not in args and "hydra.mode=MULTIRUN" not in args:  # the run itself, as Hydra composes it
         cfg = _run(tmp_path, "--cfg", "job", *[a for a in args if "hydra.launcher" not in a], "--plan")
         assert cfg.returncode == 0 and f"  name: {rows[0]}\n" in cfg.stdout
+
+
+# ---- estimates: a calibration on this machine, and records of other machines through its speed ratio ----
+
+HERE = "This CPU (family 1, model 1); cpu (1 threads)"
+THERE = "That CPU (family 2, model 2); cpu (1 threads)"
+
+
+def test_records_of_another_machine_count_through_the_measured_speed_ratio():
+    """This machine ran base's calibration (0.3 s a step, 5 s outside); the other ran base at 0.2 and A1 at
+    0.4 and 0.6: the ratio is 0.3 / 0.2 = 1.5, and A1 here is 1.5 x (the median 0.5 s a step) x its steps,
+    plus 1.5 x the median of its 20 and 40 s outside."""
+    from ablate.jobs.estimate import Timing, estimate, speed_ratios
+
+    timings = [
+        Timing("base", "p", HERE, 0.3, 5.0, 1000),
+        Timing("base", "p", THERE, 0.2, 10.0, 1000),
+        Timing("A1", "p", THERE, 0.4, 20.0, 1000),
+        Timing("A1", "p", THERE, 0.6, 40.0, 1000),
+        Timing("A1", "q", HERE, 9.0, 9.0, 1000),  # another preset: not counted
+    ]
+    assert speed_ratios(timings[:4], HERE) == {THERE: pytest.approx(1.5)}
+    a1 = estimate("A1", "p", HERE, 100, 1000, timings)
+    assert a1.basis == "ratio" and a1.seconds == pytest.approx(1.5 * 0.5 * 100 + 1.5 * 30.0)
+    assert a1.detail == "2 records of A1 on 1 other machine x its speed ratio to this one (1.50), by base"
+    # the calibrated row itself is measured here: its 0.3 s a step and its 5 s outside
+    assert estimate("base", "p", HERE, 100, 1000, timings).seconds == pytest.approx(0.3 * 100 + 5.0)
+    # a row no machine ran: this machine's seconds a step per parameter x its parameters
+    c3 = estimate("C3", "p", HERE, 100, 4000, timings)
+    assert c3.basis == "scaled" and c3.seconds == pytest.approx(0.3 / 1000 * 4000 * 100 + 5.0)
+    # nothing of the preset here: no ratio, no number
+    assert estimate("A1", "p", "Third CPU; cpu (1 threads)", 100, 1000, timings).seconds is None
+
+
+def test_a_speed_ratio_is_the_median_over_the_rows_both_machines_ran():
+    from ablate.jobs.estimate import Timing, speed_ratios
+
+    timings = [
+        Timing("base", "p", HERE, 0.3, 0, 1), Timing("base", "p", THERE, 0.2, 0, 1),  # 1.5
+        Timing("A1", "p", HERE, 0.4, 0, 1), Timing("A1", "p", THERE, 0.4, 0, 1),  # 1.0
+        Timing("A2", "p", HERE, 0.6, 0, 1), Timing("A2", "p", THERE, 0.2, 0, 1),  # 3.0
+        Timing("A3", "p", THERE, 0.1, 0, 1),  # not run here: no part of the ratio
+    ]  # fmt: skip
+    assert speed_ratios(timings, HERE) == {THERE: pytest.approx(1.5)}
+
+
+def test_the_calibration_row_is_one_the_most_machines_ran_and_the_cheapest_of_those():
+    from ablate.jobs.estimate import Timing, calibration_row
+
+    third = "Third CPU; cpu (1 threads)"
+    timings = [Timing("base", "p", m, 0.2, 0, 1) for m in (THERE, third)] + [
+        Timing("C4", "p", THERE, 0.1, 0, 1), Timing("big", "p", THERE, 0.1, 0, 1),
+        Timing("big", "p", third, 0.1, 0, 1), Timing("C4", "q", third, 0.1, 0, 1),
+    ]  # fmt: skip
+    rows = {"C4": (300, 10), "base": (700, 10), "big": (2000, 30), "new": (1, 1)}
+    assert calibration_row(rows, timings, "p") == "base"  # two machines, and cheaper than big
+    assert calibration_row({"C4": (300, 10), "new": (1, 1)}, timings, "p") == "C4"
+    assert calibration_row({"new": (5, 1), "other": (1, 1)}, [], "p") == "other"
+
+
+def test_the_total_runs_the_jobs_in_the_launchers_order():
+    """[3, 3, 2, 2, 2] on 2 slots take 7 in that order and 6 in the order 3, 2, 2, 3, 2 (longest first is
+    no lower bound); the plan's total is the order the launcher starts them in."""
+    from ablate.jobs.estimate import makespan
+
+    assert makespan([3, 3, 2, 2, 2], 2) == 7
+    assert makespan([3, 2, 2, 3, 2], 2) == 6
+    assert makespan([5, 4, 3, 3], 1) == 15 and makespan([5, 4, 3, 3], 8) == 5 and makespan([], 3) == 0
+
+
+def test_every_basis_an_estimate_gives_is_named_in_the_module_and_the_docs():
+    import ablate.jobs.estimate as est
+
+    doc = (ROOT / "docs" / "planner.md").read_text()
+    for basis in est.BASES:
+        assert f"- {basis}:" in est.__doc__, basis
+        assert f"| {basis} |" in doc, basis
+
+
+def _record(folder: Path, row: str, seed: int, machine: str, per_step: float, outside: float, params: int):
+    """A finished record of the tiny preset as training writes one, by the fields estimates read."""
+    cpu, device = machine.split("; ")
+    run = folder / row / f"{row}-000000000000-s{seed}"
+    run.mkdir(parents=True)
+    steps = 40
+    rec = {
+        "run_id": run.name, "status": "finished", "row": row, "seed": seed, "steps": steps, "params": params,
+        "train_time_s": per_step * steps, "wall_time_s": per_step * steps + outside,
+        "config": {"recipe": "tiny", "scale": {"name": "tiny"}}, "machine": {"cpu": cpu}, "device": device,
+    }  # fmt: skip
+    (run / "record.json").write_text(json.dumps(rec))
+
+
+def test_one_calibration_gives_every_job_an_estimate(tmp_path):
+    """Records of base and A1 made on another machine, none here: every job of the plan is of unknown time
+    and the closing line names one calibration command, into this machine's folder beside the results: A1
+    (as cheap as base under the tiny preset, and first by name). With that calibration's record (A1, 0.06 s
+    a step here against 0.04 there), A1 is measured and base is its record there x 1.5: the plan lines say
+    so, with the seconds the formula gives."""
+    from ablate.jobs.estimate import duration, machine_folder
+    from ablate.jobs.plan import _machine
+
+    here = _machine("cpu", 1)
+    results = tmp_path / "results"
+    _record(results, "base", 1, "Other CPU (family 9, model 9); cpu (1 threads)", 0.02, 2.0, 100)
+    _record(results, "A1", 1, "Other CPU (family 9, model 9); cpu (1 threads)", 0.04, 4.0, 100)
+    p = _run(tmp_path, "-m", "model=base,A1", "seed=2", "--plan")
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = _plan_lines(p.stdout)
+    assert all("estimate unknown (the calibration below gives one)" in ln for ln in lines.values())
+    into = f"{tmp_path}/results.calibration/{machine_folder(here)}"
+    commands = [ln.strip() for ln in p.stdout.splitlines() if ln.startswith("    python -m ablate.run")]
+    assert len(commands) == 1 and commands[0].endswith(f"results_dir={into}")
+    assert (
+        commands[0].startswith("python -m ablate.run model=A1 seed=2 ")
+        and "train.max_steps=50" in commands[0]
+    )
+
+    _record(Path(into), "A1", 2, here, 0.06, 1.0, 100)
+    p = _run(tmp_path, "-m", "model=base,A1", "seed=2", "--plan")
+    lines = _plan_lines(p.stdout)
+    steps = int(re.search(r"([\d,]+) steps", lines[("base", 2)]).group(1).replace(",", ""))
+    assert f"~{duration(0.06 * steps + 1.0)} (measured: 1 record of A1)" in lines[("A1", 2)]
+    assert f"~{duration(1.5 * 0.02 * steps + 1.5 * 2.0)} (ratio: 1 record of base" in lines[("base", 2)]
+    assert "python -m ablate.run" not in p.stdout  # no calibration left to run
+
+
+def test_the_plans_composition_is_hydras(tmp_path):
+    """The plan composes the jobs that share their group choices once and sets each job's values on a
+    copy: the same config as Hydra's own composition of each job, over groups, values of every kind, and
+    a value Hydra refuses (its own error)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf, open_dict
+
+    from ablate.config import register_configs
+    from hydra_plugins.ablate_plan.plan_launcher import Composer
+
+    register_configs()
+    jobs = [
+        ["experiment=table3_multi30k", "model=A1", "seed=2", "data.root=/x", "trainer.threads=1"],
+        ["experiment=table3_multi30k", "model=A1", "seed=3", "data.root=/y", "trainer.threads=1"],
+        ["model=E", "seed=1", "model.dropout=0.3", "train.max_steps=7", "results_dir=r"],
+        ["model=E", "seed=1", "+extra=1"],  # not a plain value: composed by Hydra
+        ["model=base", "train.adam_betas=[0.8,0.9]", "decode.beam=2"],
+    ]
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        loader = GlobalHydra.instance().config_loader()
+        master = compose("config", [], return_hydra_config=True)
+        composer = Composer(loader, master)
+        composed = [composer(overrides) for overrides in jobs]  # all first, as the sweeper's check does
+        for overrides, (ours, holder) in zip(jobs, composed, strict=True):
+            hydras = loader.load_sweep_config(master, overrides)
+            assert holder.hydra.runtime.choices == hydras.hydra.runtime.choices
+            with open_dict(hydras):
+                del hydras["hydra"]
+            ours = OmegaConf.to_object(ours) if OmegaConf.is_config(ours) else ours
+            assert ours == OmegaConf.to_object(hydras), overrides
+        assert (composed[0][0].seed, composed[1][0].seed) == (2, 3)  # one working copy, each job its own
+        with pytest.raises(Exception, match="seed"):
+            composer(["model=base", "seed=abc"])

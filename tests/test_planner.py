@@ -50,7 +50,7 @@ def test_an_estimate_from_hand_made_records_is_the_hand_computation():
     assert scaled.basis == "scaled" and scaled.seconds == pytest.approx(0.5e-3 * 2000 * 10 + 30.0)
     unknown = estimate("A1", "multi30k", MACHINE, 100, 1000, timings, "python -m ablate.run ...")
     assert unknown == Estimate(None, "unknown", "python -m ablate.run ...")
-    assert unknown.text() == "estimate unknown (measure: python -m ablate.run ...)"
+    assert unknown.text() == "estimate unknown (python -m ablate.run ...)"
 
 
 def test_the_total_runs_the_longest_jobs_first_on_the_free_slots():

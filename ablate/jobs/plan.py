@@ -11,14 +11,17 @@ The launcher `hydra/launcher=plan` (hydra_plugins/ablate_plan) prints each job's
 
 from __future__ import annotations
 
+import functools
+import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 from omegaconf import DictConfig
 
 from ablate.config import ConfigError, RunConfig, effective_model, preset_name, total_steps, validate, varied
 from ablate.errors import first_line
-from ablate.jobs.estimate import Estimate, Timing
+from ablate.jobs.estimate import MEASURE_STEPS, Estimate, Timing
 from ablate.records import folder, identity, store
 from ablate.records.staleness import why_stale
 
@@ -99,23 +102,17 @@ def state(cfg: RunConfig) -> tuple[str, str]:
     return TO_TRAIN, ""
 
 
-def _preset(cfg: RunConfig) -> str:
-    """As records name it (ablate.jobs.estimate.timing): the recipe+scale, one name where both agree."""
-    return cfg.scale.name if cfg.recipe == cfg.scale.name else f"{cfg.recipe}+{cfg.scale.name}"
-
-
-def _overrides_text(cfg: RunConfig) -> str:
-    """The job's overrides as its command gave them (Hydra's), else its row and seed."""
+def _overrides_text(overrides: list[str]) -> str:
+    """A job's overrides as its command gave them, less its results folder, with the command's own
+    config folders (a researcher's `hydra.searchpath`)."""
     import shlex
 
     from hydra.core.hydra_config import HydraConfig
 
+    task = [o for o in overrides if not o.startswith(("results_dir=", "hydra.", "hydra/"))]
     if HydraConfig.initialized():
-        given = HydraConfig.get().overrides
-        task = [o for o in given.task if not o.startswith("results_dir=")]
-        task += [o for o in given.hydra if o.startswith("hydra.searchpath=")]  # a researcher's configs
-        return " ".join(shlex.quote(o) for o in task)
-    return f"model={cfg.model.name} seed={cfg.seed}"
+        task += [o for o in HydraConfig.get().overrides.hydra if o.startswith("hydra.searchpath=")]
+    return " ".join(shlex.quote(o) for o in task)
 
 
 _TIMINGS: dict[tuple[str, ...], list[Timing]] = {}
@@ -128,7 +125,11 @@ def _timings(*folders: str) -> list[Timing]:
 
         found = []
         for f in (Path(f) for f in folders if Path(f).is_dir()):
-            found += [t for r in store.find_records(f)[0] if (t := timing(r)) is not None]
+            for rec in store.find_records(f)[0]:
+                if (t := timing(rec)) is not None:
+                    found.append(t)
+                    if rec.get("model_effective"):
+                        _PARAMS.setdefault(_model_key(rec["model_effective"]), t.params)
         _TIMINGS[folders] = found
     return _TIMINGS[folders]
 
@@ -149,7 +150,7 @@ def line(cfg: RunConfig) -> tuple[str, str, Estimate | None]:
     if word == REFUSED:
         return f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  refused: {detail}", word, None
     est = None
-    if word in (TO_TRAIN, TO_RESUME, TO_RETRY):
+    if word in _TRAINS:
         done = _checkpoint_step(identity.run_dir(cfg) / "checkpoints") if word == TO_RESUME else 0
         est = run_estimate(cfg, done or 0)
     return (
@@ -164,52 +165,122 @@ def line(cfg: RunConfig) -> tuple[str, str, Estimate | None]:
 
 def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     """This run's wall time on this machine (ablate.jobs.estimate), from the finished records of its
-    results folder and of the calibration folder beside it (`<results_dir>.calibration`: where the
-    command of an unknown estimate measures)."""
-    import torch
+    results folder and of the calibration folder beside it (`<results_dir>.calibration`, where the plan's
+    calibration command measures)."""
+    from ablate.jobs.estimate import estimate
 
-    from ablate.jobs.estimate import MEASURE_STEPS, estimate
-    from ablate.nn.model import Transformer, count_parameters
-    from ablate.records.store import machine
-
-    with torch.device("meta"):
-        params = count_parameters(Transformer(effective_model(cfg, cfg.data.vocab_size)))
-    cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
-    threads = cfg.trainer.threads or torch.get_num_threads()
-    device = f"cpu ({threads} threads)" if cpu else torch.cuda.get_device_name(0)
-    calibration = f"{cfg.results_dir}.calibration"
-    command = (
-        f"python -m ablate.run {_overrides_text(cfg)} train.max_steps={MEASURE_STEPS} "
-        f"train.budget_minutes=null train.average_last=0 results_dir={calibration}"
-    )  # a measurement of steps: no step checkpoint to average, no test split to decode
     if cfg.train.budget_minutes is not None:  # it trains for its budget, however many steps that is
         budget = cfg.train.budget_minutes
         return Estimate(budget * 60, "budget", f"train.budget_minutes={budget:g}, plus setup and evaluations")
-    return estimate(
-        cfg.model.name, _preset(cfg), f"{machine()['cpu']}; {device}", total_steps(cfg) - done_steps,
-        params, _timings(cfg.results_dir, calibration), command,
-    )  # fmt: skip
+    timings = _timings(cfg.results_dir, calibration_dir(cfg.results_dir))  # first: their models' sizes
+    params = _params(effective_model(cfg, cfg.data.vocab_size))
+    preset = store.preset_key(cfg.recipe, cfg.scale.name)
+    steps = total_steps(cfg) - done_steps
+    unknown = "the calibration below gives one"
+    return estimate(cfg.model.name, preset, this_machine(cfg), steps, params, timings, unknown)
 
 
-def summary(
-    words: list[str], estimates: list[float | None] = (), parallel: int = 1, how: str = ""
-) -> tuple[str, bool]:
+def calibration_dir(results_dir: str) -> str:
+    """Where calibrations of a results folder's runs lie (their records, apart from the table's)."""
+    return f"{results_dir}.calibration"
+
+
+@functools.cache
+def _machine(accelerator: str, threads: int | None) -> str:
+    """The CPU and device as records name them (`machine.cpu; device`)."""
+    import torch
+
+    cpu = accelerator == "cpu" or not torch.cuda.is_available()
+    threads = threads or torch.get_num_threads()
+    device = f"cpu ({threads} threads)" if cpu else torch.cuda.get_device_name(0)
+    return f"{store.machine()['cpu']}; {device}"
+
+
+def this_machine(cfg: RunConfig) -> str:
+    return _machine(cfg.trainer.accelerator, cfg.trainer.threads)
+
+
+_PARAMS: dict[str, int] = {}  # by the model's fields (`model_effective`), from records and counted
+
+
+def _params(model) -> int:
+    """The parameters of a model (a TransformerConfig): a record's count of the same model where the
+    plan's records have one, else counted on the meta device (nothing allocated); once a model a plan."""
+    key = _model_key(asdict(model))
+    if key not in _PARAMS:
+        import torch
+
+        from ablate.nn.model import Transformer, count_parameters
+
+        with torch.device("meta"):
+            _PARAMS[key] = count_parameters(Transformer(model))
+    return _PARAMS[key]
+
+
+def _model_key(fields: dict) -> str:
+    return json.dumps(fields, sort_keys=True)
+
+
+def calibration(cfg: RunConfig, overrides: list[str]) -> dict:
+    """What the plan's closing line needs to name one calibration for a job of unknown time: its preset
+    and folders, its row's size, and the command that measures the row here: MEASURE_STEPS steps, no
+    step checkpoint to average, no test split to decode, into this machine's own calibration folder."""
+    from ablate.jobs.estimate import machine_folder
+
+    here = this_machine(cfg)
+    into = f"{calibration_dir(cfg.results_dir)}/{machine_folder(here)}"
+    command = (
+        f"python -m ablate.run {_overrides_text(overrides)} train.max_steps={MEASURE_STEPS} "
+        f"train.budget_minutes=null train.average_last=0 results_dir={into}"
+    )
+    size = _params(effective_model(cfg, cfg.data.vocab_size)) * total_steps(cfg)
+    preset = store.preset_key(cfg.recipe, cfg.scale.name)
+    folders = [cfg.results_dir, calibration_dir(cfg.results_dir)]
+    return {"preset": preset, "folders": folders, "row": cfg.model.name, "size": size, "command": command}
+
+
+def summary(outcomes: list[dict], refused: int = 0, parallel: int = 1, how: str = "") -> tuple[str, bool]:
     """('plan of 4 runs: 1 finished, 2 to train, 1 refused; ~1 h 10 min at 2 at a time (...)', none
-    refused?). The total: the known estimates run `parallel` at a time; jobs of unknown time counted."""
+    refused?) for the jobs' outcomes and the jobs refused before them. The total: the known estimates run
+    `parallel` at a time in the sweep's order; jobs of unknown time counted, and the one calibration
+    command (per preset) that gives each of them an estimate."""
     from ablate.jobs.estimate import duration, makespan
 
+    words = [o["status"] for o in outcomes] + [REFUSED] * refused
     order = (FINISHED, TO_RESUME, TO_RETRY, BUSY, TO_TRAIN, REFUSED)
     counts = [f"{words.count(w)} {w}" for w in order if words.count(w)]
     n = len(words)
     text = f"plan of {n} run{'s' if n != 1 else ''}: {', '.join(counts) or 'nothing'}"
-    known = [s for s in estimates if s is not None]
-    unknown = sum(1 for w, s in zip(words, estimates, strict=False) if w in _TRAINS and s is None)
+    known = [o["estimate_s"] for o in outcomes if o.get("estimate_s") is not None]
+    unknown = [o for o in outcomes if o["status"] in _TRAINS and o.get("estimate_s") is None]
     if known or unknown:
         at = f"{parallel} at a time" + (f", {how}" if how else "")
         text += f"; ~{duration(makespan(known, parallel))} of wall time at {at}" if known else ""
-        text += f" ({unknown} of unknown time, more)" if unknown and known else ""
-        text += f"; {unknown} run(s) of unknown time" if unknown and not known else ""
-    return text, REFUSED not in words
+        text += f" ({len(unknown)} of unknown time, more)" if unknown and known else ""
+        text += f"; {len(unknown)} run(s) of unknown time" if unknown and not known else ""
+    return _calibrations(unknown) + text, REFUSED not in words  # the counts last: the plan's closing line
+
+
+def _calibrations(unknown: list[dict]) -> str:
+    """For the jobs of unknown time, one calibration command per preset: the row the most other machines
+    ran, the cheapest of those (ablate.jobs.estimate.calibration_row); with it every job has an estimate."""
+    from ablate.jobs.estimate import calibration_row
+
+    by: dict[str, list[dict]] = {}
+    for o in unknown:
+        if o.get("calibration"):
+            by.setdefault(o["calibration"]["preset"], []).append(o["calibration"])
+    text = ""
+    for preset, cals in by.items():
+        rows = {c["row"]: (c["size"], 1) for c in cals}
+        row = calibration_row(rows, _timings(*cals[0]["folders"]), preset)
+        chosen = next(c for c in cals if c["row"] == row)
+        n = len(cals)
+        text += (
+            f"{n} run{'s' * (n > 1)} of {preset} without an estimate: this calibration "
+            f"({MEASURE_STEPS} steps of {row}) gives each one:\n    {chosen['command']}\n[plan] "
+        )
+    return text
 
 
 _TRAINS = (TO_TRAIN, TO_RESUME, TO_RETRY)
@@ -261,7 +332,10 @@ def job(dcfg: DictConfig, overrides: list[str], launcher: str | None) -> tuple[s
         return f"[plan] {name}  refused: {first_line(_cause(e))}", outcome(name, REFUSED)
     text, word, est = line(cfg)
     name = cfg.model.name if word == REFUSED else identity.run_id(cfg)
-    return text, outcome(name, word, estimate_s=est.seconds if est else None)
+    extra = {"estimate_s": est.seconds if est else None}
+    if est is not None and est.seconds is None:
+        extra["calibration"] = calibration(cfg, overrides)
+    return text, outcome(name, word, **extra)
 
 
 def label(overrides: list[str]) -> str:

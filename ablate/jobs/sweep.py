@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import RunConfig, to_dataclass
 from ablate.tasks import task_of
@@ -29,11 +29,14 @@ def explicit_model_keys(overrides: list[str]) -> list[str]:
     return sorted(set(keys))
 
 
-def member_config(dcfg: DictConfig, task_overrides: list[str], launcher: str | None) -> RunConfig:
+def member_config(dcfg: DictConfig | RunConfig, task_overrides: list[str], launcher: str | None) -> RunConfig:
     """The run a composed job config names: the keys the command line set, the device pool of
     hydra/launcher=gpus, and its experiment's group (`experiment_group`, unless logger or sweep_name set
     one)."""
-    cfg = to_dataclass(dcfg)
+    # a config Hydra composed carries the schema's types (conf/config.yaml's `schema` default): the object
+    # it holds, without to_dataclass's merge into a fresh schema (a plan's jobs, thousands of them)
+    typed = OmegaConf.is_config(dcfg) and OmegaConf.get_type(dcfg) is RunConfig
+    cfg = to_dataclass(OmegaConf.to_object(dcfg) if typed else dcfg)  # the task's own keys typed
     task_of(cfg.task)  # a task= that names no task stops here in one line; a task's data sources register
     cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))
     if launcher == "gpus" and cfg.trainer.device_pool is None:
@@ -53,9 +56,9 @@ def experiment_group(cfg: RunConfig, task_overrides: list[str]) -> str:
     row and the seed: re-running a sweep, adding a row or a seed, or running one row alone keeps the group;
     no timestamp, path or launcher setting enters it."""
     from ablate.records.identity import DATA_PATHS, NOT_IDENTITY, OLD_NAMES
+    from ablate.records.store import preset_key
 
-    preset = cfg.recipe if cfg.recipe == cfg.scale.name else f"{cfg.recipe}+{cfg.scale.name}"
-    head = cfg.experiment or preset
+    head = cfg.experiment or preset_key(cfg.recipe, cfg.scale.name)
     keys = []
     for o in task_overrides:
         key, _, value = o.lstrip("+~").partition("=")

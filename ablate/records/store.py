@@ -63,6 +63,13 @@ def _record(run_id_, row, group, seed, task, sweep, config, **fields: Any) -> di
     }
 
 
+def preset_key(recipe: str | None, scale: str) -> str:
+    """The preset a record's run trained under, as records are grouped and `--preset` names it: the
+    recipe+scale ('multi30k_table3+paper'), one name where both agree; a record from before recipes (no
+    recipe) names its scale alone."""
+    return scale if recipe in (None, scale) else f"{recipe}+{scale}"
+
+
 def machine() -> dict[str, Any]:
     """The CPU a run's process ran on, as lscpu names it, with its family and model: the name alone does not
     tell generations apart ('AMD EPYC' is Zen 1 to Zen 5), and speeds compare only on one CPU."""

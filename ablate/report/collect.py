@@ -22,7 +22,7 @@ from ablate.records.evaluations import Evaluation, Protocol, newest
 from ablate.records.evaluations import read as read_evaluations
 from ablate.records.staleness import why_stale
 from ablate.records.status import shown
-from ablate.records.store import BASELINE, RecordError, find_records
+from ablate.records.store import BASELINE, RecordError, find_records, preset_key
 
 DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
 _STATUS_RANK = {
@@ -157,8 +157,7 @@ class Run:
     def preset(self) -> str:
         """The recipe and scale the run trained under ('cpu' where both are named alike): one table's
         records share it."""
-        recipe = self.recipe
-        return self.scale_name if recipe in (None, self.scale_name) else f"{recipe}+{self.scale_name}"
+        return preset_key(self.recipe, self.scale_name)
 
     def metric(self, key: str) -> float | None:
         v = self.metrics.get(key)

@@ -125,7 +125,12 @@ class AblateSweeper(Sweeper):
         kept = []
         for overrides in batch:
             try:
-                dcfg = loader.load_sweep_config(master_config=self.config, sweep_overrides=list(overrides))
+                if self.planning:  # the plan launcher composes each job once, for this check and its line
+                    dcfg = self.launcher.compose(overrides)
+                else:
+                    dcfg = loader.load_sweep_config(
+                        master_config=self.config, sweep_overrides=list(overrides)
+                    )
             except Exception as e:  # noqa: BLE001 - any composition error is this job's alone
                 reason = _composition_problem(list(overrides), e, loader.get_sources())
                 label = plan.label(overrides)
@@ -198,10 +203,10 @@ class AblateSweeper(Sweeper):
                 returns.append(results)
         if self.planning:  # each job printed its plan line; the counts, exit 2 where one is refused
             outcomes = [r.return_value for batch in returns for r in batch]
-            words = [o["status"] for o in outcomes] + [plan.REFUSED] * len(self._rejected)
-            estimates = [o.get("estimate_s") for o in outcomes] + [None] * len(self._rejected)
             launcher = self.launcher
-            line, none_refused = plan.summary(words, estimates, launcher.parallel, launcher.parallel_from)
+            line, none_refused = plan.summary(
+                outcomes, len(self._rejected), launcher.parallel, launcher.parallel_from
+            )
             print(f"[plan] {line}", flush=True)
             if not none_refused:
                 sys.exit(2)
