@@ -17,7 +17,7 @@ import pytest
 import sacrebleu
 
 from ablate.config import ConfigError
-from ablate.tasks import BUILTIN, task_of
+from ablate.tasks import BUILTIN, Scored, task_of
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_TASK = Path(__file__).resolve().parent / "user_task"
@@ -145,6 +145,87 @@ def test_the_user_task_scores_exact_match_by_hand():
     assert scored.figures == {"dev_acc": pytest.approx(200 / 3)}
     assert scored.sentences["exact"].tolist() == [1, 0, 1]
     assert task.own_code == () and task.metrics[0].higher_is_better
+
+
+def test_a_metric_declares_its_direction_by_either_field_and_nothing_else():
+    from ablate.tasks import PPL, Metric, TaskError
+
+    keys = dict(accumulates="a", record_key="dev_e", curve_key="dev_e")
+    assert Metric("e", "E", direction="lower", **keys).higher_is_better is False
+    assert Metric("e", "E", True, **keys).direction == "higher" and PPL.direction == "lower"
+    assert Metric("e", "E", False, "a", "dev_e", "dev_e") == Metric("e", "E", direction="lower", **keys)
+    for bad, says in [
+        (dict(higher_is_better="False"), "metric 'e': higher_is_better='False' is not True or False"),
+        (dict(higher_is_better=1), "metric 'e': higher_is_better=1 is not True or False"),
+        (dict(direction="down"), "metric 'e': direction='down' is not 'higher' or 'lower'"),
+        ({}, "metric 'e': no direction (declare direction='higher' or 'lower')"),
+        (
+            dict(direction="lower", higher_is_better=True),
+            "metric 'e': direction='lower' and higher_is_better",
+        ),
+        (dict(direction="lower", record_key=""), "metric 'e': record_key='' is not a non-empty string"),
+    ]:
+        with pytest.raises(TaskError) as e:
+            Metric("e", "E", **{**keys, **bad})
+        assert str(e.value).startswith(says) and len(str(e.value).splitlines()) == 1
+
+
+def test_the_dev_scorer_is_checked_for_every_declared_metric():
+    """No scorer with metrics declared is refused as it is built; a scorer that gives other keys, or not
+    a Scored, at its first call; one that gives each metric's key and statistics passes as it is."""
+    from ablate.tasks import Metric, Task, TaskError, dev_scorer
+
+    class Two(Task):
+        name = "two"
+        metrics = (
+            Metric("a", "A", direction="higher", accumulates="x", record_key="dev_a", curve_key="dev_a"),
+            Metric("b", "B", direction="lower", accumulates="x", record_key="dev_b", curve_key="dev_b",
+                   sentence_stats="b_stats"),
+        )  # fmt: skip
+
+        def __init__(self, scorer=None):
+            self.scorer = scorer
+
+        def dev_scorer(self, cfg, prepared, dm):
+            return self.scorer
+
+    with pytest.raises(TaskError, match=r"^task two: declares metric\(s\) 'a', 'b' but no dev_scorer"):
+        dev_scorer(Two(), None, None, None)
+    for returned, says in [
+        (Scored({"dev_a": 1.0, "dev_c": 2.0}),
+         "metric 'b': its dev scorer reported no 'dev_b' (its figures: dev_a, dev_c)"),
+        (Scored({"dev_a": 1.0, "dev_b": 2.0}),
+         "metric 'b': its dev scorer gave no per-sentence statistics 'b_stats'"),
+        ({"dev_a": 1.0}, "its dev scorer returned dict, not ablate.tasks.Scored"),
+    ]:  # fmt: skip
+        with pytest.raises(TaskError) as e:
+            dev_scorer(Two(lambda h, r, x=returned: x), None, None, None)(["h"], ["r"])
+        assert str(e.value).startswith(f"task two: {says}")
+    good = Scored({"dev_a": 1.0, "dev_b": 2.0}, {"b_stats": np.ones(1)})
+    assert dev_scorer(Two(lambda h, r: good), None, None, None)(["h"], ["r"]) is good
+
+
+def test_the_command_for_more_cells_is_the_one_the_run_was_launched_with():
+    """A record that kept its launch: its config folders, experiment and every override but row, seed,
+    resume and results_dir, shell-quoted; a record without it: rebuilt from its config (the package's
+    tasks' committed records)."""
+    from ablate.report.collect import Run
+    from ablate.report.missing import command_overrides
+
+    launch = {
+        "overrides": ["experiment=reverse", "model=wide", "seed=3", "trainer.threads=1", "resume=true",
+                      "model.dropout=0.2", "data.train_src='my file.txt'"],
+        "searchpath": ["file:///home/r/conf"],
+    }  # fmt: skip
+    assert command_overrides(Run({"launch": launch, "config": {}}), "out") == [
+        "'hydra.searchpath=[file:///home/r/conf]'",
+        "experiment=reverse",
+        "trainer.threads=1",
+        "'data.train_src='\"'\"'my file.txt'\"'\"''",
+        "results_dir=out",
+    ]
+    old = {"config": {"recipe": "tiny", "scale": {"name": "tiny"}, "data": {"name": "builtin"}}}
+    assert command_overrides(Run(old))[:2] == ["recipe=tiny", "scale=tiny"]
 
 
 def _cmd(args: list[str], env: dict, cwd: Path = ROOT, ok: tuple[int, ...] = (0,)):
