@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -261,10 +262,12 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     env["ABLATE_CACHE"] = str(tmp_path / "c")
     common = [f"hydra.searchpath=[file://{user}/conf]", "experiment=reverse", "logger=none",
               "trainer.threads=1", "trainer.progress_bar=false"]  # fmt: skip
+    prepared = _cmd(["ablate.prepare", *common[:2]], env).stdout.splitlines()[-1]  # the experiment's corpus
     stop = dict(env, ABLATE_FAULT_SIGINT_AT_STEP="10")
     p = _cmd(["ablate.run", *common], stop, ok=(130,))
     (rec_path,) = (tmp_path / "r").rglob("record.json")
     assert json.loads(rec_path.read_text())["status"] == "interrupted", p.stderr[-2000:]
+    assert f"{prepared}: already prepared" in p.stdout  # prepare's corpus is the run's
     _cmd(["ablate.run", *common], env)  # the same command resumes it from its step-10 checkpoint
     rec = json.loads(rec_path.read_text())
     assert rec["status"] == "finished" and rec["steps"] == 20 and rec["task"] == "reverse_task:ReverseTask"
@@ -287,11 +290,49 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     assert "| row | seeds | exact match dev | 95% interval | Δ base |" in table
     assert "| wide | 2 |" in table and "(paired t)" in table and "†" not in table
 
-    # one token of the task's own code: its records read stale, by the task's folder
+    # the commands the report prints, run as printed: each trains exactly the cells it names
+    results = tmp_path / "r"
+    missing = _cmd([*report, "--missing-command", "--seeds", "1,2,3"], env).stdout.splitlines()
+    assert len(missing) == 1 and f"hydra.searchpath=[file://{user}/conf]" in missing[0]
+    assert _run_printed(missing[0], env, results) == {("base", 3), ("wide", 3)}
+    decide = _cmd([*report, "--decide-command"], env).stdout.strip()
+    if decide:  # undecided rows: the seeds that decide them, beside base's
+        expected = _asked(decide) - set(_cells(results))
+        assert _run_printed(decide, env, results) == expected
+
+    # one token of the task's own code: its records read stale, by the file; the sweep says it skips them
     source = (user / "reverse_task.py").read_text()
     (user / "reverse_task.py").write_text(source.replace("100.0 * hits.mean()", "99.0 * hits.mean()"))
     table = _cmd(report, env).stdout
-    assert "| base † | 2 |" in table and f"its task's folder {user}/" in table
+    assert "| base † | 3 |" in table and f"its task's {user}/reverse_task.py" in table
+    said = _cmd(sweep, env).stdout
+    assert (
+        said.count("is finished but stale (code changed") == 4 and "with resume=false trains it again" in said
+    )
+    rerun = _cmd([*report, "--missing-command", "--rows", "wide", "--seeds", "1"], env).stdout.strip()
+    assert rerun.endswith(" resume=false") and _run_printed(rerun, env, results) == {("wide", 1)}
+    assert "| wide † | 3 |" in _cmd(report, env).stdout  # seeds 2 and 3 still stale, seed 1 current
+
+
+def _cells(results: Path) -> dict[tuple[str, int], str]:
+    """(row, seed) -> when its record started, for every finished record."""
+    recs = [json.loads(p.read_text()) for p in results.rglob("record.json") if ".old-" not in str(p)]
+    return {(r["row"], r["seed"]): r["started"] for r in recs if r["status"] == "finished"}
+
+
+def _asked(command: str) -> set[tuple[str, int]]:
+    words = dict(w.split("=", 1) for w in shlex.split(command) if w.startswith(("model=", "seed=")))
+    return {(row, int(s)) for row in words["model"].split(",") for s in words["seed"].split(",")}
+
+
+def _run_printed(command: str, env: dict, results: Path) -> set[tuple[str, int]]:
+    """Run a printed `python -m ablate.run ...` as a shell would split it; the cells it trained."""
+    args = shlex.split(command)
+    assert args[:3] == ["python", "-m", "ablate.run"], command
+    before = _cells(results)
+    _cmd(args[2:], env)
+    after = _cells(results)
+    return {cell for cell, started in after.items() if before.get(cell) != started}
 
 
 def test_the_report_names_a_task_it_cannot_load_by_its_option(tmp_path, capsys):
