@@ -98,7 +98,7 @@ def test_comments_docstrings_and_blank_lines_are_not_result_text():
 
 
 def test_a_record_made_from_uncommitted_code_is_current_while_that_code_is(monkeypatch):
-    monkeypatch.setattr(staleness, "code_hash", lambda task, outside=None: "abc")
+    monkeypatch.setattr(staleness, "code_hash", lambda task: "abc")
     rec = {"task": "translation", "git": "0" * 40, "uncommitted": ["ablate/nn/loss.py"], "code_hash": "abc"}
     assert staleness.why_stale(rec) is None
     assert "uncommitted code (ablate/nn/loss.py)" in staleness.why_stale({**rec, "code_hash": "abd"})

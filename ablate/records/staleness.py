@@ -202,7 +202,7 @@ def why_stale(rec: dict[str, Any]) -> str | None:
     files = rec.get("task_files")
     outside = tuple(sorted(files)) if isinstance(files, dict) else None
     try:
-        now = code_hash(task, outside)
+        now = code_hash(task) if outside is None else code_hash(task, outside)
     except ConfigError as e:  # a task outside the package that this machine cannot import
         return f"its code cannot be read here ({e})"
     if rec.get("code_hash") == now:
