@@ -70,13 +70,7 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
     if cfg.resume and rec_path.is_file():
         rec = store.read_record(rec_path)
         if rec["status"] == "finished":
-            if stale := why_stale(rec):
-                print(
-                    f"[ablate] {rec['run_id']} is finished but stale ({stale}): skipped; the same command "
-                    "with resume=false trains it again (its folder kept beside)"
-                )
-            else:
-                print(f"[ablate] {rec['run_id']} already finished: {rec_path} (skipped)")
+            print(stale_line(rec) or f"[ablate] {rec['run_id']} already finished: {rec_path} (skipped)")
             return rec
     if not cfg.resume and out.exists():  # start afresh, but keep what was there
         kept = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -142,6 +136,17 @@ def _composed(hc, folders: list[Path]) -> list[str]:
         if first is not None and first.parents[len(Path(d.config_path).parts) - 1] != folders[0]:
             out.append(str(first))
     return out
+
+
+def stale_line(rec: dict) -> str | None:
+    """What a command says of a finished run it skips that is stale: why, and how to train it again (None
+    where it is current)."""
+    if stale := why_stale(rec):
+        return (
+            f"[ablate] {rec['run_id']} is finished but stale ({stale}): skipped; the same command with "
+            "resume=false trains it again (its folder kept beside)"
+        )
+    return None
 
 
 def _estimate(cfg: RunConfig) -> dict | None:
