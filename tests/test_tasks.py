@@ -341,3 +341,19 @@ def test_the_report_names_a_task_it_cannot_load_by_its_option(tmp_path, capsys):
     assert main(["metrics", "--task", "nope", "--results", str(tmp_path), "--out", "-"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == "error: --task nope: not a task (translation, parsing, or an importable module:Class)"
+
+
+def test_the_papers_figures_are_translations_alone():
+    """Table 3's figures by row for translation (what its W&B runs carry beside their own), none for
+    another task: a researcher's `base` row carries no paper_dev_bleu 25.8."""
+    sys.path.insert(0, str(USER_TASK))
+    try:
+        user = task_of("reverse_task:ReverseTask")
+    finally:
+        sys.path.remove(str(USER_TASK))
+    table3 = task_of("translation").paper_table()
+    assert table3["base"] == {"paper_dev_ppl": 4.92, "paper_dev_bleu": 25.8} and list(table3)[:2] == [
+        "base",
+        "A1",
+    ]
+    assert task_of("parsing").paper_table() == {} and user.paper_table() == {}
