@@ -7,10 +7,13 @@
     python -m ablate.prepare data=files data.train_src=T.en data.train_tgt=T.de data.dev_src=D.en
         data.dev_tgt=D.de                                         # big local files, streamed
     python -m ablate.prepare task=my_task:MyTask data=my_source   # a source a task brings (Task.sources)
+    python -m ablate.prepare hydra.searchpath=[file://my/conf] experiment=mine   # the corpus a run trains on
 
 Overrides are the `data.*` keys of conf/data/<name>.yaml and ablate.config.DataConfig (the `data.` prefix is
 optional); any data.name of ablate.data.corpora.SOURCES can be prepared, and with task=NAME (as ablate.run
-takes it: built-in, entry point or module:Class) any source that task brings. The result is the folder
+takes it: built-in, entry point or module:Class) any source that task brings. With experiment= (and
+hydra.searchpath= for a researcher's config folder) the data config is the one `python -m ablate.run` with
+the same keys composes, and its task's. The result is the folder
 training uses (ablate.data.corpora.prepare_corpus: spm.model, {train,dev,test}.npz, {split}.{src,tgt}.txt,
 meta.json) under <cache>/data/<key>/; its path is printed last. A second call with the same settings and the
 same file contents finds it and does nothing; one that finds it incomplete (a file deleted) says which file
@@ -52,6 +55,35 @@ def load_config(name: str, overrides: list[str]) -> DataConfig:
     return obj
 
 
+# Keys of a run's command that name its config as `python -m ablate.run` composes it: with one of them
+# the corpus is the one that run trains on (its experiment's data keys, the researcher's config folders).
+RUN_KEYS = ("experiment", "hydra.searchpath")
+
+
+def run_config(overrides: list[str]) -> RunConfig:
+    """The config (its data, task and the task's own keys) of the run `python -m ablate.run <overrides>`
+    names; the `data.` prefix of a data key is optional here too."""
+    from hydra import compose, initialize_config_dir
+
+    from ablate.config import register_configs, to_dataclass
+    from ablate.run import experiment_problem
+
+    if problem := experiment_problem(overrides):
+        raise ConfigError(problem)
+    fields = set(DataConfig.__dataclass_fields__)
+    given = [f"data.{o}" if o.split("=", 1)[0] in fields else o for o in overrides]
+    register_configs()
+    try:
+        with initialize_config_dir(str(CONF.parent), version_base="1.3"):
+            cfg = to_dataclass(compose("config", overrides=given))
+    except (ConfigError, OmegaConfBaseException):
+        raise  # said in one line below
+    except Exception as e:  # noqa: BLE001 - Hydra's composition errors, said in one line
+        lines = str(e).strip().splitlines()
+        raise ConfigError(lines[0] if lines else type(e).__name__) from None
+    return cfg
+
+
 def parse_args(argv: list[str]) -> tuple[str, list[str], str | None]:
     p = argparse.ArgumentParser(prog="python -m ablate.prepare", description=__doc__.split("\n")[0])
     p.add_argument("overrides", nargs="*", help="data=NAME, data.KEY=VALUE and task_cfg.KEY=VALUE overrides")
@@ -74,8 +106,8 @@ def parse_args(argv: list[str]) -> tuple[str, list[str], str | None]:
         rest.append(f"root={a.root}")
     if a.cache:
         rest.append(f"cache_dir={a.cache}")
-    if not name:
-        p.error("say which corpus: data=wmt14_en_de (or --data)")
+    if not name and not any(o.split("=", 1)[0] in RUN_KEYS for o in rest):
+        p.error("say which corpus: data=wmt14_en_de (or --data), or a run's experiment=NAME")
     return name, rest, task
 
 
@@ -85,15 +117,19 @@ INTERRUPTED = "interrupted by Ctrl-C; nothing half-prepared is kept: the same co
 def main(argv: list[str] | None = None) -> int:
     name, overrides, task = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        if task:
-            from ablate.tasks import task_of
+        from ablate.tasks import task_of
 
-            task_of(task)  # registers the data sources it brings
-        own = [o.removeprefix("task_cfg.") for o in overrides if o.startswith("task_cfg.")]
-        cfg = load_config(name, [o for o in overrides if not o.startswith("task_cfg.")])
-        download = source(cfg).download
-        run = RunConfig(data=cfg, task=task or DEFAULT_TASK)
-        run.task_cfg = typed_task_cfg(run.task, OmegaConf.to_container(OmegaConf.from_dotlist(own)))
+        if any(o.split("=", 1)[0] in RUN_KEYS for o in overrides):  # the corpus of a run's command
+            run = run_config([f"task={task}"] * bool(task) + [f"data={name}"] * bool(name) + overrides)
+            task_of(run.task)  # registers the data sources it brings
+        else:
+            if task:
+                task_of(task)
+            own = [o.removeprefix("task_cfg.") for o in overrides if o.startswith("task_cfg.")]
+            cfg = load_config(name, [o for o in overrides if not o.startswith("task_cfg.")])
+            run = RunConfig(data=cfg, task=task or DEFAULT_TASK)
+            run.task_cfg = typed_task_cfg(run.task, OmegaConf.to_container(OmegaConf.from_dotlist(own)))
+        download = source(run.data).download
         prepared = prepare_corpus(replace(run, data=download(run, print)) if download else run)
     except KeyboardInterrupt:  # one line: a corpus folder appears whole or not at all (binarize.build)
         print(f"[ablate] stopped: {INTERRUPTED}", file=sys.stderr, flush=True)

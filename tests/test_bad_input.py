@@ -472,3 +472,119 @@ def test_a_complete_cache_shared_read_only_serves(tmp_path, monkeypatch):
         assert prepare().root == built
         rec = train(dataclasses.replace(cfg, train=dataclasses.replace(cfg.train, max_steps=2)))
     assert rec["status"] == "finished"
+
+
+# -- a researcher's task: its declarations and its code ------------------------------------------------
+
+USER_TASK = ROOT / "tests" / "user_task"
+
+
+def _user_task(tmp_path: Path, name: str, old: str, new: str) -> Path:
+    """tests/user_task copied with its module renamed to `name` and one edit, its experiment naming it."""
+    folder = tmp_path / name
+    shutil.copytree(USER_TASK, folder, ignore=shutil.ignore_patterns("__pycache__"))
+    source = (folder / "reverse_task.py").read_text()
+    assert old in source
+    (folder / "reverse_task.py").unlink()
+    (folder / f"{name}.py").write_text(source.replace(old, new))
+    experiment = folder / "conf" / "experiment" / "reverse.yaml"
+    experiment.write_text(experiment.read_text().replace("reverse_task:", f"{name}:"))
+    return folder
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def _commands(folder: Path, tmp_path: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(folder), ABLATE_RESULTS=str(tmp_path / "r"))
+    env["ABLATE_CACHE"] = str(tmp_path / "c")
+    run = [
+        "ablate.run",
+        f"hydra.searchpath=[file://{folder}/conf]",
+        "experiment=reverse",
+        "logger=none",
+        "trainer.threads=1",
+        "trainer.progress_bar=false",
+        "data.builtin_train=200",
+        "train.bleu_every=1",
+    ]  # fmt: skip  (every dev pass decodes: the first is at step 10)
+    report = ["ablate.report", "metrics", "--task", f"{folder.name}:ReverseTask", "--results", str(tmp_path),
+              "--out", "-"]  # fmt: skip
+    prepare = ["ablate.prepare", f"task={folder.name}:ReverseTask", "data=reverse", "data.builtin_train=200"]
+    return {"env": env, "run": run, "report": report, "prepare": prepare}
+
+
+def _said(args: list[str], env: dict) -> tuple[int, str]:
+    p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=600)  # fmt: skip
+    lines = [line for line in p.stderr.splitlines() if line.startswith("error:")]
+    assert "Traceback" not in p.stderr, p.stderr[-2000:]
+    return p.returncode, lines[-1] if lines else p.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "old, new, says",
+    [
+        (
+            "higher_is_better=True",
+            'higher_is_better="yes"',
+            "metric 'acc': higher_is_better='yes' is not True",
+        ),
+        (
+            "higher_is_better=True",
+            'direction="up"',
+            "metric 'acc': direction='up' is not 'higher' or 'lower'",
+        ),
+        (
+            "    sentence_stats=",
+            "    foo=1,\n    sentence_stats=",
+            "TypeError: Metric.__init__() got an unexpected",
+        ),
+    ],
+)
+def test_a_bad_metric_declaration_is_one_line_naming_the_metric_and_its_line(tmp_path, old, new, says):
+    """run, report and prepare each refuse it in one line, exit 2, with the researcher's file and line."""
+    folder = _user_task(tmp_path, "bad_metric_task", old, new)
+    at = f"{folder / 'bad_metric_task.py'}:{_line_of(folder / 'bad_metric_task.py', 'EXACT = Metric(')}"
+    c = _commands(folder, tmp_path)
+    for command in ("run", "report", "prepare"):
+        status, line = _said(c[command], c["env"])
+        assert status == 2 and says in line and at in line, (command, line)
+    assert not list(tmp_path.rglob("record.json"))
+
+
+def test_a_metric_no_scorer_reports_fails_the_run_at_the_first_dev_pass_and_resumes_after_the_fix(tmp_path):
+    """The scorer gives `dev_accuracy`, the metric is `dev_acc`: the run stops at its first dev pass (step
+    10) in one line naming the metric, its record `failed` with it; the fixed task resumes it from its
+    step-10 checkpoint and finishes."""
+    folder = _user_task(tmp_path, "wrong_key_task", 'Scored({"dev_acc"', 'Scored({"dev_accuracy"')
+    c = _commands(folder, tmp_path)
+    status, line = _said(c["run"], c["env"])
+    says = "metric 'acc': its dev scorer reported no 'dev_acc' (its figures: dev_accuracy)"
+    assert status == 2 and line.endswith(says), line
+    (rec_path,) = (tmp_path / "r").rglob("record.json")
+    rec = json.loads(rec_path.read_text())
+    assert rec["status"] == "failed" and rec["reason"].endswith(says)
+    assert (rec_path.parent / "checkpoints" / "step0000010.ckpt").is_file()
+    module = folder / "wrong_key_task.py"
+    module.write_text(module.read_text().replace('"dev_accuracy"', '"dev_acc"'))
+    p = subprocess.run([sys.executable, "-m", *c["run"]], cwd=ROOT, env=c["env"], capture_output=True,
+                       text=True, timeout=600)  # fmt: skip
+    assert p.returncode == 0 and "resuming from" in p.stdout, p.stdout[-2000:]
+    assert "(step 10)" in p.stdout
+    rec = json.loads(rec_path.read_text())
+    assert rec["status"] == "finished" and rec["steps"] == 20 and "dev_acc" in rec["metrics"]
+
+
+def test_an_exception_in_the_researchers_scorer_is_one_line_with_its_type_file_and_line(tmp_path):
+    folder = _user_task(
+        tmp_path, "raising_task", "hits = exact(hyps, refs)\n", "hits = exact(hyps, refs) / 0 // {}\n"
+    )
+    c = _commands(folder, tmp_path)
+    status, line = _said(c["run"], c["env"])
+    at = f"{folder / 'raising_task.py'}:{_line_of(folder / 'raising_task.py', '/ 0 // {}')}"
+    assert status == 2 and "its dev scorer raised TypeError: unsupported operand" in line and at in line, line
+    (rec_path,) = (tmp_path / "r").rglob("record.json")
+    rec = json.loads(rec_path.read_text())
+    assert rec["status"] == "failed" and "TypeError" in rec["reason"] and at in rec["reason"]

@@ -244,3 +244,51 @@ def test_the_anchor_check_fails_on_a_real_change_and_holds_without_it(tmp_path):
     failed = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=1200)
     assert failed.returncode == 1, failed.stdout + failed.stderr[-2000:]
     assert "translation: builtin base: curves differ" in failed.stdout, failed.stdout  # the loss logged
+
+
+def test_a_task_outside_the_package_stales_a_record_only_for_the_files_it_read(tmp_path, monkeypatch):
+    """A record keeps the files of the researcher's folder its run read (task_files): the task's modules it
+    imported and the config files its command composed. A notes file, a YAML comment or a comment in the
+    code stale nothing; a value in a row's file stales that row's records alone; a token of the code, all."""
+    from ablate.tasks import task_of
+
+    folder = tmp_path / "probe"
+    (folder / "conf" / "model").mkdir(parents=True)
+    (folder / "probe_task.py").write_text(
+        "from ablate.tasks import Metric, Task\n\n"
+        "M = Metric('m', 'M', direction='lower', accumulates='a', record_key='dev_m',\n"
+        "           curve_key='dev_m')\n\n\n"
+        "class ProbeTask(Task):\n    metrics = (M,)\n"
+    )
+    (folder / "conf" / "model" / "wide.yaml").write_text("defaults:\n  - base\n  - _self_\n\nd_ff: 4096\n")
+    (folder / "conf" / "model" / "deep.yaml").write_text("defaults:\n  - base\n  - _self_\n\nn_layers: 8\n")
+    monkeypatch.syspath_prepend(str(folder))
+    task = "probe_task:ProbeTask"
+    task_of(task)
+    rows = {row: [str(folder / "conf" / "model" / f"{row}.yaml")] for row in ("wide", "deep")}
+    head = _git_head()
+    recs = {row: {"task": task, "git": head, **staleness.outside_facts(task, f)} for row, f in rows.items()}
+    assert sorted(recs["wide"]["task_files"]) == ["probe/conf/model/wide.yaml", "probe/probe_task.py"]
+
+    def stale() -> dict:
+        staleness.code_hash.cache_clear()  # a process hashes its code once; the edits come between
+        return {row: staleness.why_stale(rec) for row, rec in recs.items()}
+
+    assert stale() == {"wide": None, "deep": None}
+    (folder / "notes.md").write_text("what I tried\n")
+    wide = folder / "conf" / "model" / "wide.yaml"
+    wide.write_text("# twice base's width\n" + wide.read_text().replace("4096", "4096  # 4 x d_model"))
+    code = folder / "probe_task.py"
+    code.write_text(code.read_text().replace("metrics = (M,)", "metrics = (M,)  # its one metric"))
+    assert stale() == {"wide": None, "deep": None}
+    wide.write_text(wide.read_text().replace("4096", "2048"))
+    said = stale()
+    assert said["deep"] is None and said["wide"] == f"code changed since {head[:10]}: its task's {wide}"
+    code.write_text(code.read_text().replace("direction='lower'", "direction='higher'"))
+    assert all("its task's " in why and str(code) in why for why in stale().values())
+
+
+def _git_head() -> str:
+    return subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()

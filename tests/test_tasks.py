@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,7 @@ import pytest
 import sacrebleu
 
 from ablate.config import ConfigError
-from ablate.tasks import BUILTIN, task_of
+from ablate.tasks import BUILTIN, Scored, task_of
 
 ROOT = Path(__file__).resolve().parents[1]
 USER_TASK = Path(__file__).resolve().parent / "user_task"
@@ -147,6 +148,87 @@ def test_the_user_task_scores_exact_match_by_hand():
     assert task.own_code == () and task.metrics[0].higher_is_better
 
 
+def test_a_metric_declares_its_direction_by_either_field_and_nothing_else():
+    from ablate.tasks import PPL, Metric, TaskError
+
+    keys = dict(accumulates="a", record_key="dev_e", curve_key="dev_e")
+    assert Metric("e", "E", direction="lower", **keys).higher_is_better is False
+    assert Metric("e", "E", True, **keys).direction == "higher" and PPL.direction == "lower"
+    assert Metric("e", "E", False, "a", "dev_e", "dev_e") == Metric("e", "E", direction="lower", **keys)
+    for bad, says in [
+        (dict(higher_is_better="False"), "metric 'e': higher_is_better='False' is not True or False"),
+        (dict(higher_is_better=1), "metric 'e': higher_is_better=1 is not True or False"),
+        (dict(direction="down"), "metric 'e': direction='down' is not 'higher' or 'lower'"),
+        ({}, "metric 'e': no direction (declare direction='higher' or 'lower')"),
+        (
+            dict(direction="lower", higher_is_better=True),
+            "metric 'e': direction='lower' and higher_is_better",
+        ),
+        (dict(direction="lower", record_key=""), "metric 'e': record_key='' is not a non-empty string"),
+    ]:
+        with pytest.raises(TaskError) as e:
+            Metric("e", "E", **{**keys, **bad})
+        assert str(e.value).startswith(says) and len(str(e.value).splitlines()) == 1
+
+
+def test_the_dev_scorer_is_checked_for_every_declared_metric():
+    """No scorer with metrics declared is refused as it is built; a scorer that gives other keys, or not
+    a Scored, at its first call; one that gives each metric's key and statistics passes as it is."""
+    from ablate.tasks import Metric, Task, TaskError, dev_scorer
+
+    class Two(Task):
+        name = "two"
+        metrics = (
+            Metric("a", "A", direction="higher", accumulates="x", record_key="dev_a", curve_key="dev_a"),
+            Metric("b", "B", direction="lower", accumulates="x", record_key="dev_b", curve_key="dev_b",
+                   sentence_stats="b_stats"),
+        )  # fmt: skip
+
+        def __init__(self, scorer=None):
+            self.scorer = scorer
+
+        def dev_scorer(self, cfg, prepared, dm):
+            return self.scorer
+
+    with pytest.raises(TaskError, match=r"^task two: declares metric\(s\) 'a', 'b' but no dev_scorer"):
+        dev_scorer(Two(), None, None, None)
+    for returned, says in [
+        (Scored({"dev_a": 1.0, "dev_c": 2.0}),
+         "metric 'b': its dev scorer reported no 'dev_b' (its figures: dev_a, dev_c)"),
+        (Scored({"dev_a": 1.0, "dev_b": 2.0}),
+         "metric 'b': its dev scorer gave no per-sentence statistics 'b_stats'"),
+        ({"dev_a": 1.0}, "its dev scorer returned dict, not ablate.tasks.Scored"),
+    ]:  # fmt: skip
+        with pytest.raises(TaskError) as e:
+            dev_scorer(Two(lambda h, r, x=returned: x), None, None, None)(["h"], ["r"])
+        assert str(e.value).startswith(f"task two: {says}")
+    good = Scored({"dev_a": 1.0, "dev_b": 2.0}, {"b_stats": np.ones(1)})
+    assert dev_scorer(Two(lambda h, r: good), None, None, None)(["h"], ["r"]) is good
+
+
+def test_the_command_for_more_cells_is_the_one_the_run_was_launched_with():
+    """A record that kept its launch: its config folders, experiment and every override but row, seed,
+    resume and results_dir, shell-quoted; a record without it: rebuilt from its config (the package's
+    tasks' committed records)."""
+    from ablate.report.collect import Run
+    from ablate.report.missing import command_overrides
+
+    launch = {
+        "overrides": ["experiment=reverse", "model=wide", "seed=3", "trainer.threads=1", "resume=true",
+                      "model.dropout=0.2", "data.train_src='my file.txt'"],
+        "searchpath": ["file:///home/r/conf"],
+    }  # fmt: skip
+    assert command_overrides(Run({"launch": launch, "config": {}}), "out") == [
+        "'hydra.searchpath=[file:///home/r/conf]'",
+        "experiment=reverse",
+        "trainer.threads=1",
+        "'data.train_src='\"'\"'my file.txt'\"'\"''",
+        "results_dir=out",
+    ]
+    old = {"config": {"recipe": "tiny", "scale": {"name": "tiny"}, "data": {"name": "builtin"}}}
+    assert command_overrides(Run(old))[:2] == ["recipe=tiny", "scale=tiny"]
+
+
 def _cmd(args: list[str], env: dict, cwd: Path = ROOT, ok: tuple[int, ...] = (0,)):
     p = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
                        timeout=600, start_new_session=True)  # fmt: skip
@@ -180,10 +262,12 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     env["ABLATE_CACHE"] = str(tmp_path / "c")
     common = [f"hydra.searchpath=[file://{user}/conf]", "experiment=reverse", "logger=none",
               "trainer.threads=1", "trainer.progress_bar=false"]  # fmt: skip
+    prepared = _cmd(["ablate.prepare", *common[:2]], env).stdout.splitlines()[-1]  # the experiment's corpus
     stop = dict(env, ABLATE_FAULT_SIGINT_AT_STEP="10")
     p = _cmd(["ablate.run", *common], stop, ok=(130,))
     (rec_path,) = (tmp_path / "r").rglob("record.json")
     assert json.loads(rec_path.read_text())["status"] == "interrupted", p.stderr[-2000:]
+    assert f"{prepared}: already prepared" in p.stdout  # prepare's corpus is the run's
     _cmd(["ablate.run", *common], env)  # the same command resumes it from its step-10 checkpoint
     rec = json.loads(rec_path.read_text())
     assert rec["status"] == "finished" and rec["steps"] == 20 and rec["task"] == "reverse_task:ReverseTask"
@@ -206,11 +290,49 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     assert "| row | seeds | exact match dev | 95% interval | Δ base |" in table
     assert "| wide | 2 |" in table and "(paired t)" in table and "†" not in table
 
-    # one token of the task's own code: its records read stale, by the task's folder
+    # the commands the report prints, run as printed: each trains exactly the cells it names
+    results = tmp_path / "r"
+    missing = _cmd([*report, "--missing-command", "--seeds", "1,2,3"], env).stdout.splitlines()
+    assert len(missing) == 1 and f"hydra.searchpath=[file://{user}/conf]" in missing[0]
+    assert _run_printed(missing[0], env, results) == {("base", 3), ("wide", 3)}
+    decide = _cmd([*report, "--decide-command"], env).stdout.strip()
+    if decide:  # undecided rows: the seeds that decide them, beside base's
+        expected = _asked(decide) - set(_cells(results))
+        assert _run_printed(decide, env, results) == expected
+
+    # one token of the task's own code: its records read stale, by the file; the sweep says it skips them
     source = (user / "reverse_task.py").read_text()
     (user / "reverse_task.py").write_text(source.replace("100.0 * hits.mean()", "99.0 * hits.mean()"))
     table = _cmd(report, env).stdout
-    assert "| base † | 2 |" in table and f"its task's folder {user}/" in table
+    assert "| base † | 3 |" in table and f"its task's {user}/reverse_task.py" in table
+    said = _cmd(sweep, env).stdout
+    assert (
+        said.count("is finished but stale (code changed") == 4 and "with resume=false trains it again" in said
+    )
+    rerun = _cmd([*report, "--missing-command", "--rows", "wide", "--seeds", "1"], env).stdout.strip()
+    assert rerun.endswith(" resume=false") and _run_printed(rerun, env, results) == {("wide", 1)}
+    assert "| wide † | 3 |" in _cmd(report, env).stdout  # seeds 2 and 3 still stale, seed 1 current
+
+
+def _cells(results: Path) -> dict[tuple[str, int], str]:
+    """(row, seed) -> when its record started, for every finished record."""
+    recs = [json.loads(p.read_text()) for p in results.rglob("record.json") if ".old-" not in str(p)]
+    return {(r["row"], r["seed"]): r["started"] for r in recs if r["status"] == "finished"}
+
+
+def _asked(command: str) -> set[tuple[str, int]]:
+    words = dict(w.split("=", 1) for w in shlex.split(command) if w.startswith(("model=", "seed=")))
+    return {(row, int(s)) for row in words["model"].split(",") for s in words["seed"].split(",")}
+
+
+def _run_printed(command: str, env: dict, results: Path) -> set[tuple[str, int]]:
+    """Run a printed `python -m ablate.run ...` as a shell would split it; the cells it trained."""
+    args = shlex.split(command)
+    assert args[:3] == ["python", "-m", "ablate.run"], command
+    before = _cells(results)
+    _cmd(args[2:], env)
+    after = _cells(results)
+    return {cell for cell, started in after.items() if before.get(cell) != started}
 
 
 def test_the_report_names_a_task_it_cannot_load_by_its_option(tmp_path, capsys):
@@ -219,3 +341,19 @@ def test_the_report_names_a_task_it_cannot_load_by_its_option(tmp_path, capsys):
     assert main(["metrics", "--task", "nope", "--results", str(tmp_path), "--out", "-"]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == "error: --task nope: not a task (translation, parsing, or an importable module:Class)"
+
+
+def test_the_papers_figures_are_translations_alone():
+    """Table 3's figures by row for translation (what its W&B runs carry beside their own), none for
+    another task: a researcher's `base` row carries no paper_dev_bleu 25.8."""
+    sys.path.insert(0, str(USER_TASK))
+    try:
+        user = task_of("reverse_task:ReverseTask")
+    finally:
+        sys.path.remove(str(USER_TASK))
+    table3 = task_of("translation").paper_table()
+    assert table3["base"] == {"paper_dev_ppl": 4.92, "paper_dev_bleu": 25.8} and list(table3)[:2] == [
+        "base",
+        "A1",
+    ]
+    assert task_of("parsing").paper_table() == {} and user.paper_table() == {}

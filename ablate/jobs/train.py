@@ -20,6 +20,7 @@ from ablate.data.datamodule import prepare_corpus
 from ablate.errors import doing, first_line
 from ablate.jobs.sweep import launcher_setting
 from ablate.records import folder, identity, status, store
+from ablate.records.staleness import outside_facts, why_stale
 from ablate.training.callbacks import Preempted
 from ablate.training.fit import run_worker
 from ablate.training.hardware import check_accelerator
@@ -69,7 +70,7 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
     if cfg.resume and rec_path.is_file():
         rec = store.read_record(rec_path)
         if rec["status"] == "finished":
-            print(f"[ablate] {rec['run_id']} already finished: {rec_path} (skipped)")
+            print(stale_line(rec) or f"[ablate] {rec['run_id']} already finished: {rec_path} (skipped)")
             return rec
     if not cfg.resume and out.exists():  # start afresh, but keep what was there
         kept = out.with_name(f"{out.name}.old-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -85,7 +86,67 @@ def _train_locked(cfg: RunConfig, out: Path, jobs_per_device: int) -> dict:
             return spawn_job(cfg, out, gpu_pool.child_env(mine, k))
     if cfg.trainer.devices * cfg.trainer.num_nodes > 1:
         return spawn_job(cfg, out)
-    return run_worker(cfg, prepared, {"estimate": _estimate(cfg)})
+    return run_worker(cfg, prepared, {"estimate": _estimate(cfg), **_launch_facts(cfg)})
+
+
+def _launch_facts(cfg: RunConfig) -> dict:
+    """What a new record keeps of how its run was launched (`launch`: the command a report prints for
+    more of its cells starts from it) and, for a task outside the package, of the files it read there."""
+    launched = launch()
+    return {"launch": launched, **outside_facts(cfg.task, launched["config_files"] if launched else [])}
+
+
+def launch() -> dict | None:
+    """What the command gave Hydra for this run: its own overrides (row and seed among them), the
+    researcher's config folders it searched (`hydra.searchpath`, as absolute `file://` entries), and the
+    config files its defaults list composed from those folders. None outside a Hydra job."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None
+    hc = HydraConfig.get()
+    project = (Path(__file__).resolve().parents[2] / "conf").resolve()
+    folders = []  # the researcher's config folders, in Hydra's order
+    for source in hc.runtime.config_sources:
+        path = Path(source.path).resolve() if source.schema == "file" else None
+        if path is not None and path != project and path not in folders:
+            folders.append(path)
+    return {
+        "overrides": list(hc.overrides.task),
+        "searchpath": [f"file://{f}" for f in folders],
+        "config_files": _composed(hc, [project, *folders]),
+    }
+
+
+def _composed(hc, folders: list[Path]) -> list[str]:
+    """The files of the researcher's folders (all of `folders` but the first, the project's) that this
+    run's defaults list composed: each config is the first folder's that has it, as Hydra looks it up."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    try:
+        loader = GlobalHydra.instance().config_loader()
+        overrides = [*hc.overrides.hydra, *hc.overrides.task]
+        found = loader.compute_defaults_list(hc.job.config_name, overrides, hc.mode)
+    except Exception:  # noqa: BLE001 - a record never fails for a note beside it: no files named
+        return []
+    out = []
+    for d in found.defaults:
+        files = [f / f"{d.config_path}.yaml" for f in folders] if d.config_path else []
+        first = next((f for f in files if f.is_file()), None)
+        if first is not None and first.parents[len(Path(d.config_path).parts) - 1] != folders[0]:
+            out.append(str(first))
+    return out
+
+
+def stale_line(rec: dict) -> str | None:
+    """What a command says of a finished run it skips that is stale: why, and how to train it again (None
+    where it is current)."""
+    if stale := why_stale(rec):
+        return (
+            f"[ablate] {rec['run_id']} is finished but stale ({stale}): skipped; the same command with "
+            "resume=false trains it again (its folder kept beside)"
+        )
+    return None
 
 
 def _estimate(cfg: RunConfig) -> dict | None:

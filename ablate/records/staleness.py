@@ -23,6 +23,7 @@ import functools
 import hashlib
 import io
 import subprocess
+import sys
 import tokenize
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,10 @@ def runs(task: str, path: str) -> bool:
 def result_text(path: str, data: bytes) -> bytes:
     """What of a file can change a result: a Python file without its comments, docstrings (a string that
     is a statement of its own) and blank lines, each line's trailing blanks dropped, as Python's tokenizer
-    finds them; any other file (or Python that does not tokenize) as its bytes."""
+    finds them; a YAML file as the values it holds and its `# @package` line (Hydra's: where they go), its
+    comments and layout aside; any other file (or one that does not parse) as its bytes."""
+    if path.endswith((".yaml", ".yml")):
+        return _yaml_text(data)
     if not path.endswith(".py"):
         return data
     try:
@@ -84,26 +88,90 @@ def result_text(path: str, data: bytes) -> bytes:
     return "\n".join(s.rstrip() for s in lines if s.strip()).encode()
 
 
+def _yaml_text(data: bytes) -> bytes:
+    import json
+
+    import yaml
+
+    try:
+        values = yaml.safe_load(data)
+    except yaml.YAMLError:
+        return data
+    header = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.startswith("# @")]
+    return json.dumps([header, values], sort_keys=True, default=str).encode()
+
+
 @functools.cache  # once a process: the code a process runs is the code it loaded
-def code_hash(task: str) -> str:
-    """One hash of what can change a result (`result_text`) in every file a run of `task` may run."""
+def code_hash(task: str, outside: tuple[str, ...] | None = None) -> str:
+    """One hash of what can change a result (`result_text`) in every file a run of `task` may run, and for
+    a task outside the package the files `outside` names (task_files), else every file of its folders."""
     h = hashlib.sha256()
-    files = [(p, ROOT / p) for p in _package_files() if runs(task, p)] + _outside_files(task)
-    for path, file in sorted(files):
-        text = result_text(path, file.read_bytes())
-        h.update(path.encode() + b"\0" + hashlib.sha256(text).digest())
+    files = [(p, _digest(p, ROOT / p)) for p in _package_files() if runs(task, p)]
+    names = outside if outside is not None else tuple(name for name, _ in _outside_files(task))
+    files += [(name, _digest(name, _outside_path(task, name))) for name in names]
+    for name, digest in sorted(files):
+        h.update(name.encode() + b"\0" + digest)
     return h.hexdigest()[:12]
+
+
+def _digest(name: str, file: Path | None) -> bytes:
+    if file is None or not file.is_file():
+        return b"\0missing"
+    return hashlib.sha256(result_text(name, file.read_bytes())).digest()
 
 
 def _outside_files(task: str) -> list[tuple[str, Path]]:
     """A task outside the package: the files of its own folders, each named by its folder's name and its
-    path inside it (the same code elsewhere hashes alike)."""
+    path inside it (the same code elsewhere hashes alike). What a record made before task_files counts."""
     out = []
-    for folder in (Path(p) for p in own_code(task) if Path(p).is_absolute()):
+    for folder in _folders(task):
         for f in folder.rglob("*"):
             if f.is_file() and f.suffix != ".pyc" and "__pycache__" not in f.parts:
-                out.append((f"{folder.name}/{f.relative_to(folder).as_posix()}", f))
+                out.append((_name(folder, f), f))
     return out
+
+
+def _folders(task: str) -> list[Path]:
+    return [Path(p) for p in own_code(task) if Path(p).is_absolute()]
+
+
+def _name(folder: Path, f: Path) -> str:
+    return f"{folder.name}/{f.relative_to(folder).as_posix()}"
+
+
+def _outside_path(task: str, name: str) -> Path | None:
+    """The file a task_files name means today: under the task's folder of that name, or an absolute path."""
+    if Path(name).is_absolute():
+        return Path(name)
+    head, _, rest = name.partition("/")
+    return next((f / rest for f in _folders(task) if f.name == head), None)
+
+
+def task_files(task: str, config_files: list[str] = ()) -> dict[str, str]:
+    """What a run of a task outside the package reads outside it, as its record keeps it (name -> the hash
+    of its result_text): the task's modules this process has imported, and `config_files`, the config
+    files its command composed from the researcher's folders (Hydra's defaults list). A file inside one of
+    the task's folders is named by the folder's name and its path inside it, any other by its path. {} for
+    a task of the package."""
+    folders = [f.resolve() for f in _folders(task)]
+    if not folders:
+        return {}
+    files = {Path(m.__file__).resolve() for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    files = {f for f in files if f.suffix == ".py" and any(f.is_relative_to(d) for d in folders)}
+    files |= {Path(c).resolve() for c in config_files}
+    out = {}
+    for f in sorted(files):
+        folder = next((d for d in folders if f.is_relative_to(d)), None)
+        name = _name(folder, f) if folder else str(f)
+        out[name] = _digest(name, f).hex()[:12]
+    return out
+
+
+def outside_facts(task: str, config_files: list[str] = ()) -> dict[str, Any]:
+    """The fields of a new record of a task outside the package: its task_files and the code hash over
+    them (for a task of the package: none, facts() has it)."""
+    files = task_files(task, config_files)
+    return {"task_files": files, "code_hash": code_hash(task, tuple(sorted(files)))} if files else {}
 
 
 def _package_files() -> list[str]:
@@ -131,8 +199,10 @@ def uncommitted(task: str) -> list[str]:
 def why_stale(rec: dict[str, Any]) -> str | None:
     """Why `rec` is stale (one phrase naming what changed), or None where it is current."""
     task = rec.get("task") or DEFAULT_TASK
+    files = rec.get("task_files")
+    outside = tuple(sorted(files)) if isinstance(files, dict) else None
     try:
-        now = code_hash(task)
+        now = code_hash(task) if outside is None else code_hash(task, outside)
     except ConfigError as e:  # a task outside the package that this machine cannot import
         return f"its code cannot be read here ({e})"
     if rec.get("code_hash") == now:
@@ -140,9 +210,9 @@ def why_stale(rec: dict[str, Any]) -> str | None:
     if rec.get("code_hash") in _anchors().get(task, {}):
         now = _changed_since_head(task)
         return f"code changed: uncommitted change to {', '.join(now)}" if now else None
-    outside = [p for p in own_code(task) if Path(p).is_absolute()]  # a task's folder outside the package
+    theirs = _outside_changed(task, files)
     if rec.get("uncommitted"):
-        also = f", or its task's folder {outside[0]}" if outside else ""
+        also = f", or {theirs}" if theirs else ""
         return f"made from uncommitted code ({', '.join(rec['uncommitted'])}), changed since{also}"
     rev = rec.get("git")
     if not rev:
@@ -151,9 +221,25 @@ def why_stale(rec: dict[str, Any]) -> str | None:
     if changed is None:
         return f"code changed since (revision {rev[:10]} is not in this repository's history)"
     what = ", ".join(changed[:6]) + (f" and {len(changed) - 6} more" if len(changed) > 6 else "")
-    if outside:
-        what += (", or " if what else "") + f"its task's folder {outside[0]}"
+    if theirs:
+        what += (", or " if what else "") + theirs
     return f"code changed since {rev[:10]}: {what or 'its files'}"
+
+
+def _outside_changed(task: str, files: Any) -> str:
+    """What changed outside the package: the files of task_files whose hash is not the record's (a record
+    without them: its task's folder, any file of it); '' for a task of the package."""
+    folders = _folders(task)
+    if not folders:
+        return ""
+    if not isinstance(files, dict):
+        return f"its task's folder {folders[0]}"
+    changed = [
+        str(_outside_path(task, name) or name)
+        for name, digest in sorted(files.items())
+        if _digest(name, _outside_path(task, name)).hex()[:12] != digest
+    ]
+    return f"its task's {', '.join(changed)}" if changed else ""
 
 
 @functools.cache

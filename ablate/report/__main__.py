@@ -184,6 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     from ablate.report.decide import LooksError
 
     try:
+        if args.missing_command or args.decide_command:
+            return _commands(args, coll, rows, task, cmd, table_fn)
         if table_fn is None:
             return _table3(args, coll, rows, task)
         table, notes = table_fn(coll)
@@ -307,13 +309,23 @@ def _emit(text: str, out: Path | None, quiet: bool) -> None:
         sys.stdout.write(text)
 
 
-def _table3(args, coll, rows: list[str] | None, task: str) -> int:
-    from ablate.report import table3 as t3
+def _commands(args, coll, rows: list[str] | None, task: str, cmd: str, table_fn) -> int:
+    """--missing-command and --decide-command: the `ablate.run` command for the cells of the task's
+    variations table (table3 or metrics: rows x seeds) that are missing, or that decide its undecided
+    rows; a task's own table (table2, table4) prints none, in one line."""
     from ablate.report.analysis import analyse
     from ablate.report.decide import decide, read_looks
     from ablate.report.missing import missing_commands
     from ablate.tasks import PPL, task_of
 
+    if table_fn is not None and cmd != "metrics":
+        flag = "--missing-command" if args.missing_command else "--decide-command"
+        print(
+            f"error: {flag}: the table {cmd} prints no command (its rows are not rows x seeds); "
+            f"python -m ablate.report metrics --task {task} {flag} does",
+            file=sys.stderr,
+        )
+        return 2
     an = analyse(
         coll,
         rows=None if args.missing_command else rows,
@@ -321,20 +333,28 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
         boot_seed=args.boot_seed,
         seeds_min=args.seeds_min,
     )
-    decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
     if args.decide_command:
+        decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
         return _decide_command(an, decisions, args.results, rows)
-    if args.missing_command:
-        cmds = missing_commands(an, rows, args.seeds, results_dir=args.results)
-        if not cmds:
-            # stdout stays empty, so that `$(python -m ablate.report --missing-command)` runs nothing
-            print(
-                "nothing to run: every requested cell has a current finished or running record",
-                file=sys.stderr,
-            )
-        for c in cmds:
-            print(c)
-        return 0
+    cmds = missing_commands(an, rows, args.seeds, results_dir=args.results, task=task)
+    if not cmds:
+        # stdout stays empty, so that `$(python -m ablate.report --missing-command)` runs nothing
+        print(
+            "nothing to run: every requested cell has a current finished or running record", file=sys.stderr
+        )
+    for c in cmds:
+        print(c)
+    return 0
+
+
+def _table3(args, coll, rows: list[str] | None, task: str) -> int:
+    from ablate.report import table3 as t3
+    from ablate.report.analysis import analyse
+    from ablate.report.decide import decide, read_looks
+    from ablate.tasks import PPL, task_of
+
+    an = analyse(coll, rows=rows, n_boot=args.n_boot, boot_seed=args.boot_seed, seeds_min=args.seeds_min)
+    decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
     out = _out_path(args, "table3")
     plot_dir = None
     if args.format == "md" and not args.no_plots:
@@ -387,10 +407,10 @@ def _decide_command(an, decisions, results: str | None, rows: list[str] | None) 
     """The run that decides the undecided rows (of --rows, where given), on stdout; the look it makes at
     every row compared, kept in looks.jsonl."""
     from ablate.report.decide import decide_command, record_looks
-    from ablate.report.missing import preset_values, run_overrides
+    from ablate.report.missing import command_overrides
 
     tmpl = an.coll.template()
-    over = run_overrides(tmpl, results, preset_values(run_overrides(tmpl))) if tmpl else []
+    over = command_overrides(tmpl, results) if tmpl else []
     found = decide_command(an.coll, decisions, over, rows)
     if found is None:
         print(

@@ -1,13 +1,14 @@
-"""The cells of Table 3 still to run (missing, failed, interrupted, stale) and the `ablate.run` commands
-that run exactly those, with the recipe, scale and settings the finished records were run with."""
+"""The cells of a task's table still to run (missing, failed, interrupted, stale) and the `ablate.run`
+commands that run exactly those, as the finished records were launched (their experiment, config folders
+and overrides; a record made before these were kept: the recipe, scale and settings it was run with)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import asdict, fields
 from typing import Any
 
-from ablate import paper
 from ablate.config import (
     DEFAULT_TASK,
     ArchConfig,
@@ -19,17 +20,17 @@ from ablate.config import (
 )
 from ablate.records.identity import NOT_IDENTITY
 from ablate.report.analysis import Analysis
-from ablate.report.collect import Run
+from ablate.report.collect import DEFAULT_CONF_MODEL, Collection, Run
 
 
 def missing_cells(
-    an: Analysis, rows: list[str] | None = None, seeds: list[int] | None = None
+    an: Analysis, rows: list[str] | None = None, seeds: list[int] | None = None, task: str = DEFAULT_TASK
 ) -> dict[tuple[str, int], str]:
     """(row, seed) -> 'missing', 'stale' or the unfinished run's status, for the requested rows x seeds. A
     run whose SLURM job waits to be requeued is listed too: running the command while it waits is safe
     (the run's lock lets one process at a time train it, the other skips it)."""
     coll = an.coll
-    rows = rows or list(paper.PAPER_ORDER)
+    rows = rows or table_rows(coll, task)
     seeds = seeds or coll.seeds() or [1]
     out = {}
     for row in rows:
@@ -43,6 +44,40 @@ def missing_cells(
             elif r.stale and r.status == "finished":  # a running run is left alone
                 out[(row, s)] = "stale"
     return out
+
+
+def table_rows(coll: Collection, task: str = DEFAULT_TASK) -> list[str]:
+    """The rows of a task's table: its paper's (Task.paper_table: Table 3's for translation), else base,
+    the rows of its records and the researcher's own row files (--conf, those the project does not have)."""
+    from ablate.tasks import task_of
+
+    paper_rows = list(task_of(task).paper_table())
+    if paper_rows:
+        return paper_rows
+    theirs = {
+        row
+        for row, source in coll.rows.source.items()
+        if source == "yaml" and not (DEFAULT_CONF_MODEL / f"{row}.yaml").is_file()
+    }
+    wanted = {"base", *coll.runs, *theirs}
+    return [row for row in coll.rows.models if row in wanted] + sorted(wanted - set(coll.rows.models))
+
+
+def command_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
+    """The overrides of a command that runs more cells like `run`: those it was launched with (its record's
+    `launch`: its experiment, config folders and every override but row, seed, resume and results_dir),
+    shell-quoted; for a record made before launch was kept, rebuilt from its config (run_overrides)."""
+    launch = run.rec.get("launch") if run is not None else None
+    if not isinstance(launch, dict) or not isinstance(launch.get("overrides"), list):
+        return run_overrides(run, results_dir, preset_values(run_overrides(run)))
+    out = [f"hydra.searchpath=[{','.join(launch['searchpath'])}]"] if launch.get("searchpath") else []
+    for o in launch["overrides"]:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key not in ("model", "seed", "resume", "results_dir") and not key.startswith("model."):
+            out.append(o)
+    if results_dir and results_dir != default_results():
+        out.append(f"results_dir={results_dir}")
+    return [shlex.quote(o) for o in out]
 
 
 def _hydra_value(v: Any) -> str:
@@ -109,12 +144,13 @@ def missing_commands(
     rows: list[str] | None = None,
     seeds: list[int] | None = None,
     results_dir: str | None = None,
+    task: str = DEFAULT_TASK,
 ) -> list[str]:
     """One `python -m ablate.run -m` per set of rows needing the same seeds: exactly the missing, failed or
     stale cells (stale ones are rerun with resume=false)."""
-    cells = missing_cells(an, rows, seeds)
+    cells = missing_cells(an, rows, seeds, task)
     tmpl = an.coll.template()
-    over = run_overrides(tmpl, results_dir, preset_values(run_overrides(tmpl)))
+    over = command_overrides(tmpl, results_dir)
     refused = refused_rows(an, tmpl, sorted({row for row, _ in cells}))
     for row, why in refused.items():
         print(f"skipped {row}: {why}", file=sys.stderr)
@@ -148,7 +184,6 @@ def preset_values(overrides: list[str]) -> dict[str, Any]:
     from hydra.core.global_hydra import GlobalHydra
 
     from ablate.config import flat_fields, register_configs, to_dataclass
-    from ablate.report.collect import DEFAULT_CONF_MODEL
 
     presets = [o for o in overrides if o.split("=", 1)[0] in ("recipe", "scale", "data", "task")]
     if GlobalHydra.instance().is_initialized():

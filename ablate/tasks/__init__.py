@@ -11,10 +11,14 @@ Shared code (training, records, jobs, the report's machinery, the commands) reac
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
 import importlib
 import importlib.metadata
 import json
+import sysconfig
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,10 +37,19 @@ BUILTIN = {
 ENTRY_POINTS = "ablate.tasks"
 
 
-@dataclass(frozen=True)
+DIRECTIONS = ("higher", "lower")
+
+
+class TaskError(ConfigError):
+    """A task's declaration or its code refused in one line: what is wrong, and where in the researcher's
+    files (a run ends `failed` with it, exit status 2)."""
+
+
+@dataclass(frozen=True, init=False)
 class Metric:
     """A dev figure a task declares: what training logs, the curves hold, the record keeps and the report
-    reads, by name."""
+    reads, by name. Its direction is `direction="higher"` or `"lower"`, or `higher_is_better` (a bool);
+    every field is checked as it is declared (TaskError naming the metric)."""
 
     name: str  # logged as dev/<name>
     label: str  # how a table heads it
@@ -46,6 +59,53 @@ class Metric:
     curve_key: str  # its key in a dev line of curves.jsonl
     sentence_stats: str | None = None  # its per-sentence statistics in dev_sentences.npz (the bootstrap)
     negligible: float = 0.1  # the largest difference to base that counts as none (the planner's delta)
+
+    def __init__(
+        self,
+        name: str,
+        label: str,
+        higher_is_better: bool | None = None,
+        accumulates: str = "",
+        record_key: str = "",
+        curve_key: str = "",
+        sentence_stats: str | None = None,
+        negligible: float = 0.1,
+        *,
+        direction: str | None = None,
+    ):
+        values = dict(name=name, label=label, accumulates=accumulates, record_key=record_key,
+                      curve_key=curve_key, sentence_stats=sentence_stats, negligible=negligible)  # fmt: skip
+        values["higher_is_better"] = _direction(name, higher_is_better, direction)
+        for key in ("name", "label", "accumulates", "record_key", "curve_key"):
+            if not isinstance(values[key], str) or not values[key]:
+                raise TaskError(f"metric {name!r}: {key}={values[key]!r} is not a non-empty string")
+        if sentence_stats is not None and not (isinstance(sentence_stats, str) and sentence_stats):
+            raise TaskError(f"metric {name!r}: sentence_stats={sentence_stats!r} is not a name or None")
+        if isinstance(negligible, bool) or not isinstance(negligible, int | float) or negligible < 0:
+            raise TaskError(f"metric {name!r}: negligible={negligible!r} is not a number at least 0")
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
+
+    @property
+    def direction(self) -> str:
+        return "higher" if self.higher_is_better else "lower"
+
+
+def _direction(name: str, higher_is_better: object, direction: object) -> bool:
+    """higher_is_better of a metric declared with either field; anything but a bool or one of DIRECTIONS is
+    refused (a string is no bool: "False" would read as higher-is-better)."""
+    if direction is not None and direction not in DIRECTIONS:
+        raise TaskError(f"metric {name!r}: direction={direction!r} is not 'higher' or 'lower'")
+    if higher_is_better is not None and not isinstance(higher_is_better, bool):
+        raise TaskError(
+            f"metric {name!r}: higher_is_better={higher_is_better!r} is not True or False "
+            "(or declare direction='higher' or 'lower')"
+        )
+    if higher_is_better is None and direction is None:
+        raise TaskError(f"metric {name!r}: no direction (declare direction='higher' or 'lower')")
+    if higher_is_better is not None and direction is not None and higher_is_better != (direction == "higher"):
+        raise TaskError(f"metric {name!r}: direction={direction!r} and higher_is_better={higher_is_better}")
+    return higher_is_better if higher_is_better is not None else direction == "higher"
 
 
 # Perplexity is every task's: the model's per-wordpiece NLL without label smoothing, token-weighted (the
@@ -115,6 +175,11 @@ class Task:
         return [
             f"dev {m.label:<6} {metrics[m.record_key]:.2f}" for m in self.metrics if m.record_key in metrics
         ]
+
+    def paper_table(self) -> dict[str, dict[str, float | None]]:
+        """Its paper's figures by row (a row's run carries them beside its own: `paper_dev_ppl`, ...), in
+        the paper's order; {} where it has none."""
+        return {}
 
     def headline(self) -> Metric:
         return self.metrics[0] if self.metrics else PPL
@@ -220,17 +285,26 @@ def _api_source(task: Task):
 
 
 _LOADED: dict[str, Task] = {}
+# The hooks that run a researcher's code: an exception in one is a TaskError naming the hook and the line
+# of the researcher's file it came from (the dev scorer's function too: dev_scorer below).
+GUARDED = ("dev_scorer", "stepper", "split_metrics", "sources", "summary", "paper_table")
 
 
 def task_of(name: str) -> Task:
     """The task `task=` names: a built-in name, an entry point of the group `ablate.tasks`, or an
-    importable `module:Class`. Its data sources are registered once it loads."""
+    importable `module:Class`; its declarations checked, and for a task outside the package its hooks
+    guarded (GUARDED). Its data sources are registered once it loads."""
     if name not in _LOADED:
         task = _load(name)
         task.name = name
+        _check(task)
+        if name not in BUILTIN:
+            _guard(task)
         from ablate.data.corpora import register_source
 
         for data_name, source in task.sources().items():
+            if name not in BUILTIN:
+                source = _guarded_source(task, data_name, source)
             register_source(data_name, source)
         _LOADED[name] = task
     return _LOADED[name]
@@ -248,10 +322,131 @@ def _load(name: str) -> Task:
     try:
         cls = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:
-        raise ConfigError(f"task={name}: cannot load it ({type(e).__name__}: {e})") from None
+        raise ConfigError(f"task={name}: cannot load it ({type(e).__name__}: {e}{_at(e, ', at ')})") from None
+    except Exception as e:  # noqa: BLE001 - the researcher's module: any error it raises, in one line
+        raise TaskError(f"task={name}: cannot load it ({_said(e)}{_at(e, ', at ')})") from None
     if not (isinstance(cls, type) and issubclass(cls, Task)):
         raise ConfigError(f"task={name}: {where} is not a subclass of ablate.tasks.Task")
-    return cls()
+    try:
+        return cls()
+    except Exception as e:  # noqa: BLE001
+        raise TaskError(f"task={name}: {attr}() raised {_said(e)}{_at(e, ' at ')}") from None
+
+
+def _check(task: Task) -> None:
+    """What a task declares, checked as it loads: its metrics are Metric declarations with distinct
+    names and record keys, its folders and tables strings."""
+    metrics = task.metrics
+    if not isinstance(metrics, tuple | list) or not all(isinstance(m, Metric) for m in metrics):
+        raise TaskError(f"task={task.name}: metrics={metrics!r} is not a tuple of ablate.tasks.Metric")
+    for key in ("name", "record_key", "curve_key"):
+        seen = [getattr(m, key) for m in (PPL, *metrics)]
+        if twice := sorted({k for k in seen if seen.count(k) > 1}):
+            raise TaskError(f"task={task.name}: two metrics with {key} {twice[0]!r} (perplexity's included)")
+    if not isinstance(task.own_code, tuple | list) or not all(isinstance(p, str) for p in task.own_code):
+        raise TaskError(f"task={task.name}: own_code={task.own_code!r} is not a tuple of folder paths")
+    if not isinstance(task.tables, dict):
+        raise TaskError(
+            f"task={task.name}: tables={task.tables!r} is not a dict of command -> module:function"
+        )
+
+
+def _guard(task: Task) -> None:
+    """Each hook of GUARDED on this instance: an exception it raises becomes a TaskError in one line with
+    its type, message and the researcher's file and line. An error of the package's own (a ConfigError, a
+    DataError: one line already) passes as it is."""
+    for hook in GUARDED:
+        setattr(task, hook, _guarded(task, hook, getattr(task, hook)))
+
+
+def _guarded(task: Task, what: str, fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            if type(e).__module__.split(".")[0] == __name__.split(".")[0]:
+                raise  # the package's own error, said in one line already
+            raise TaskError(f"task {task.name}: {what} raised {_said(e)}{_at(e, ' at ', task)}") from e
+
+    return call
+
+
+def _guarded_source(task: Task, data_name: str, source: Any) -> Any:
+    """A data source of a task outside the package with each of its functions guarded (_guarded)."""
+    if not dataclasses.is_dataclass(source):
+        return source
+    wrapped = {
+        f.name: _guarded(task, f"its data source {data_name!r} ({f.name})", v)
+        for f in dataclasses.fields(source)
+        if callable(v := getattr(source, f.name))
+    }
+    return dataclasses.replace(source, **wrapped)
+
+
+def dev_scorer(task: Task, cfg, prepared, dm) -> Callable[[list[str], list[str]], Scored] | None:
+    """The task's dev scorer (Task.dev_scorer), checked: a task that declares metrics and has no scorer
+    is refused as it is built; at every dev pass the scorer must give a Scored with each declared
+    metric's record key and per-sentence statistics, else the pass is refused in one line naming the
+    metric (a run would otherwise train to its end with no figure of it)."""
+    score = task.dev_scorer(cfg, prepared, dm)
+    if score is None:
+        if task.metrics:
+            names = ", ".join(f"{m.name!r}" for m in task.metrics)
+            raise TaskError(f"task {task.name}: declares metric(s) {names} but no dev_scorer to report them")
+        return None
+
+    def checked(hyps: list[str], refs: list[str]) -> Scored:
+        scored = score(hyps, refs)
+        if not isinstance(scored, Scored):
+            raise TaskError(
+                f"task {task.name}: its dev scorer returned {type(scored).__name__}, not ablate.tasks.Scored"
+            )
+        for m in task.metrics:
+            if m.record_key not in scored.figures:
+                got = ", ".join(sorted(map(str, scored.figures))) or "none"
+                raise TaskError(
+                    f"task {task.name}: metric {m.name!r}: its dev scorer reported no {m.record_key!r} "
+                    f"(its figures: {got})"
+                )
+            if m.sentence_stats is not None and m.sentence_stats not in scored.sentences:
+                got = ", ".join(sorted(map(str, scored.sentences))) or "none"
+                raise TaskError(
+                    f"task {task.name}: metric {m.name!r}: its dev scorer gave no per-sentence statistics "
+                    f"{m.sentence_stats!r} (it gave: {got})"
+                )
+        return scored
+
+    if task.name in BUILTIN:
+        return checked
+    return _guarded(task, "its dev scorer", checked)
+
+
+def _said(e: BaseException) -> str:
+    """'<type>: <first line>' (the type alone where the message is empty)."""
+    lines = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
+
+
+def _at(e: BaseException, prefix: str, task: Task | None = None) -> str:
+    """Where `e` was raised in the researcher's code: the innermost frame of its traceback in the task's
+    own folders (where known), else outside the package and Python's own libraries; '' where none is."""
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"{prefix}{e.filename}:{e.lineno}"
+    frames = [(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)]
+    theirs = [Path(p).resolve() for p in (_own_code(task) if task else ()) if Path(p).is_absolute()]
+    ours = [Path(__file__).resolve().parents[1], *(Path(p).resolve() for p in _libraries())]
+    for filename, line in reversed(frames):
+        path = Path(filename).resolve()
+        if theirs and any(path.is_relative_to(t) for t in theirs):
+            return f"{prefix}{filename}:{line}"
+        if not theirs and not any(path.is_relative_to(o) for o in ours) and not filename.startswith("<"):
+            return f"{prefix}{filename}:{line}"
+    return ""
+
+
+def _libraries() -> set[str]:
+    return {sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")}
 
 
 def _entry_point(name: str) -> str | None:
@@ -262,9 +457,12 @@ def _entry_point(name: str) -> str | None:
 def own_code(name: str) -> tuple[str, ...]:
     """The folders only runs of task `name` import: a built-in task's as it declares them; a task outside
     the package, the folder of its module (its records' staleness covers it)."""
-    task = task_of(name)
-    if name in BUILTIN:
-        return task.own_code
+    return _own_code(task_of(name))
+
+
+def _own_code(task: Task) -> tuple[str, ...]:
+    if task.name in BUILTIN:
+        return tuple(task.own_code)
     module = importlib.import_module(type(task).__module__)
     return (*task.own_code, str(Path(module.__file__).resolve().parent) + "/")
 

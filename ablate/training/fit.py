@@ -39,7 +39,7 @@ from ablate.data.datamodule import Prepared, Seq2SeqData
 from ablate.errors import typed_line
 from ablate.nn.model import Transformer, count_parameters
 from ablate.records import folder, identity, status, store, tracking
-from ablate.tasks import task_of
+from ablate.tasks import dev_scorer, task_of
 from ablate.training.callbacks import (
     Budget,
     Curves,
@@ -171,7 +171,7 @@ def _module(cfg: RunConfig, prepared: Prepared, dm: Seq2SeqData, budget: Budget 
         accumulation(cfg),
         tokenizer=spm.SentencePieceProcessor(model_file=str(prepared.spm_model)),
         references=references,
-        scorer=task.dev_scorer(cfg, prepared, dm),
+        scorer=dev_scorer(task, cfg, prepared, dm),  # checked: every declared metric reported
         metrics=task.metrics,
         budget=budget,
     )
@@ -195,17 +195,15 @@ def _model_facts(cfg: RunConfig, module: Seq2SeqModule) -> dict:
 
 def _logger(cfg: RunConfig, out: Path):
     """The run's logger; its config is the run's, plus flat keys a W&B panel can filter and group on (the
-    Table 3 row and group, the preset) and the paper's figures for the row."""
-    from ablate.paper import table3
-
+    Table 3 row and group, the preset) and its task's paper's figures for the row (Task.paper_table)."""
     tags = [cfg.model.group, f"seed{cfg.seed}"]
-    paper = table3().get(cfg.model.name)
+    paper = task_of(cfg.task).paper_table()
     flat = {
         "table3_row": cfg.model.name,
         "table3_group": cfg.model.group,
         "preset": preset_name(cfg),
-        "paper_dev_ppl": paper.ppl if paper else None,
-        "paper_dev_bleu": paper.bleu if paper else None,
+        **dict.fromkeys(next(iter(paper.values()), {})),  # a row not in the paper's table: None
+        **paper.get(cfg.model.name, {}),
     }
     config = {**asdict(cfg), **flat}
     return tracking.make_logger(

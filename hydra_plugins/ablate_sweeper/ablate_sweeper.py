@@ -165,6 +165,10 @@ class AblateSweeper(Sweeper):
             return None
         if rec is None or rec["status"] != "finished":
             return None
+        from ablate.jobs.train import stale_line
+
+        if line := stale_line(rec):  # a current one needs no word: the closing line counts it
+            print(line, flush=True)
         return {**outcome(rec["run_id"], "finished", "already finished"), "skipped": True}
 
     def rows(self) -> dict[str, str]:
