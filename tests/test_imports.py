@@ -138,3 +138,18 @@ def test_hydra_s_plugin_scan_imports_no_torch():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=PACKAGE.parent)
     assert p.returncode == 0, p.stderr[-2000:]
     assert p.stdout.strip() == "[]"
+
+
+def test_a_tasks_tables_are_report_code_resolved_by_the_report():
+    """`Task.tables` names its functions by string: the report resolves them (ablate.report.tables), and each
+    built-in task's table lies at the report's layer, so the rule above checks what it imports."""
+    import ablate.tasks
+    from ablate.tasks import BUILTIN, task_of
+
+    table = layers()
+    assert not hasattr(ablate.tasks, "table")  # no resolver below the report
+    for name in BUILTIN:
+        for command, where in task_of(name).tables.items():
+            module = where.partition(":")[0]
+            assert (PACKAGE.parent / (module.replace(".", "/") + ".py")).is_file(), (name, command)
+            assert layer_of(module, table) == layer_of("ablate.report.tables", table), (name, command, module)

@@ -205,7 +205,8 @@ def _table_of(cmd: str, task: str | None):
 
     from ablate.config import ConfigError
     from ablate.report.collect import SelectionError
-    from ablate.tasks import table, task_of
+    from ablate.report.tables import table
+    from ablate.tasks import task_of
 
     try:
         found = table(cmd, task)

@@ -465,13 +465,3 @@ def _own_code(task: Task) -> tuple[str, ...]:
         return tuple(task.own_code)
     module = importlib.import_module(type(task).__module__)
     return (*task.own_code, str(Path(module.__file__).resolve().parent) + "/")
-
-
-def table(command: str, task: str | None = None) -> tuple[str, Callable] | None:
-    """(task, its table function) of report table `command`: the one `task` declares, or without a task
-    the built-in task's that declares it; None where none does."""
-    for name in [task] if task is not None else BUILTIN:
-        if command in task_of(name).tables:
-            module, _, fn = task_of(name).tables[command].partition(":")
-            return name, getattr(importlib.import_module(module), fn)
-    return None
