@@ -145,18 +145,21 @@ def config_dirs(argv: list[str]) -> list[Path]:
 
 
 def experiment_problem(argv: list[str]) -> str | None:
-    """`experiment=<name>` without its file in any config folder: Hydra takes a missing optional group in
-    silence."""
+    """`experiment=<name>` or `data=<name>` without its file in any config folder: Hydra takes a missing
+    optional group in silence, and names a missing data file in a traceback."""
     *theirs, ours = config_dirs(argv)
-    folders = [f for f in theirs if (f / "experiment").is_dir()] + [ours]
-    shown = [str(f) for f in folders[:-1]] + ["conf"]  # the project's own, as the repository names it
-    for o in argv:
-        key, _, value = o.partition("=")
-        files = [f / "experiment" / f"{value}.yaml" for f in folders]
-        if key == "experiment" and value and not any(p.is_file() for p in files):
-            names = sorted({p.stem for f in folders for p in (f / "experiment").glob("*.yaml")})
-            where = " or ".join(f"{d}/experiment/{value}.yaml" for d in shown)
-            return f"experiment={value}: no file {where} (experiments: {', '.join(names)})"
+    for group in ("experiment", "data"):
+        folders = [f for f in theirs if (f / group).is_dir()] + [ours]
+        shown = [str(f) for f in folders[:-1]] + ["conf"]  # the project's own, as the repository names it
+        for o in argv:
+            key, _, value = o.partition("=")
+            files = [f / group / f"{value}.yaml" for f in folders]
+            if key == group and value and not any(p.is_file() for p in files):
+                names = sorted({p.stem for f in folders for p in (f / group).glob("*.yaml")})
+                where = " or ".join(f"{d}/{group}/{value}.yaml" for d in shown)
+                hint = "; a task's own source is chosen by data.name=<its name>" if group == "data" else ""
+                kind = {"experiment": "experiments", "data": "data groups"}[group]
+                return f"{group}={value}: no file {where} ({kind}: {', '.join(names)}){hint}"
     return None
 
 
