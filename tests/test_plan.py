@@ -196,7 +196,7 @@ COMPOSE = [
         "model=B is a Table 3 group (B1 B2), not a row: run its rows with `-m model=B`, or name one row",
     ),
     (["experiment=nope"], "experiment=nope: no file conf/experiment/nope.yaml (experiments: multi30k_1h, "),
-    (["data=reverse"], "data=reverse: no file conf/data/reverse.yaml (data groups: builtin, files, multi30k, "),
+    (["data=reverse"], "data=reverse: no file conf/data/reverse.yaml (data groups: builtin, files, "),
     (["-m", "model=Q"], "In 'config': Could not find 'model/Q' (options: A1, A2, "),
     (
         ["hydra/launcher=slurm", "hydra.launcher.additional_parameters={account:x}"],
