@@ -4,7 +4,11 @@ and at HEAD, in git worktrees, every number of both compared (the dev and traini
 metrics, the parameter count, the dev hypotheses' text). A figure HEAD adds (a new metric) is no
 difference: every figure the anchor's run wrote must be there, equal.
 
-    python tests/result_anchors.py [<revision> [translation,parsing]]   # every anchor, or one revision
+    python tests/result_anchors.py [<revision> [translation,parsing]] [--keep]  # every anchor, or one
+
+An anchor's own runs are made once a machine: `--keep` writes their fingerprint under tests/anchors/ (a file
+per revision, task, configurations and machine), and a check on that machine reads it instead of running
+the revision again; HEAD's runs are made every time.
 
 It runs each revision's own command line (`python -m ablate.run`), which every revision has, so a commit
 that moves or renames every module is checked the same way as one that edits a comment. The corpora of
@@ -144,11 +148,50 @@ def differences(a: dict, b: dict) -> list[str]:
     return out
 
 
-def check(rev: str, task: str, code_hash: str, scratch: Path, cache: dict) -> list[str]:
+# An anchor's revision never changes, so its fingerprint is made once a machine and kept here: a file per
+# (task, the revision's trees, the configurations, the machine). A machine is its processor and torch's
+# version (float sums depend on both; one thread each); on another machine the fingerprint is made anew.
+KEPT = ROOT / "tests" / "anchors"
+
+
+def machine() -> str:
+    import platform
+
+    import torch
+
+    cpu = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else platform.processor()
+    keys = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags")
+    lines = (ln.partition(":") for ln in cpu.split("\n\n")[0].splitlines())  # the first processor's
+    first = {k.strip(): v.strip() for k, _, v in lines}
+    facts = [platform.machine(), torch.__version__, *(first.get(k, "") for k in keys)]
+    return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:12]
+
+
+def kept_path(rev: str, task: str) -> Path:
+    """Where the fingerprint of `rev`'s tiny runs of `task` on this machine is kept."""
+    configs = json.dumps(CONFIGS[task]).replace(str(MULTI30K), "<multi30k>").replace(str(PTB_SAMPLE), "<ptb>")
+    what = "\n".join([tree(rev), task, configs, json.dumps([COMMON, SHORT])])
+    return KEPT / f"{task}-{hashlib.sha256(what.encode()).hexdigest()[:12]}-{machine()}.json"
+
+
+def anchor_fingerprint(rev: str, task: str, scratch: Path, keep: bool) -> dict:
+    """The fingerprint of the anchor `rev`: the kept one of this machine, else made (and kept if asked)."""
+    path = kept_path(rev, task)
+    if path.is_file():
+        kept = json.loads(path.read_text())
+        return {**kept, "code_hash": set(kept["code_hash"])}
+    made = fingerprint(rev, task, scratch)
+    if keep:
+        KEPT.mkdir(exist_ok=True)
+        path.write_text(json.dumps({**made, "code_hash": sorted(made["code_hash"])}, indent=1) + "\n")
+    return made
+
+
+def check(rev: str, task: str, code_hash: str, scratch: Path, cache: dict, keep: bool = False) -> list[str]:
     """What differs between the anchor `rev` of `task` and the working tree (empty: the anchor holds)."""
     key = (tree(rev), task)
     if key not in cache:
-        cache[key] = fingerprint(rev, task, scratch)
+        cache[key] = anchor_fingerprint(rev, task, scratch, keep)
     if (task, None) not in cache:
         cache[(task, None)] = fingerprint(None, task, scratch)
     then, now = cache[key], cache[(task, None)]
@@ -161,7 +204,7 @@ def check(rev: str, task: str, code_hash: str, scratch: Path, cache: dict) -> li
     return [f"{rev[:10]} {task}: {p}" for p in problems]
 
 
-def check_all(only: str | None, tasks: list[str], scratch: Path) -> list[str]:
+def check_all(only: str | None, tasks: list[str], scratch: Path, keep: bool = False) -> list[str]:
     """What differs for every anchor of `tasks` (only those whose revision starts with `only`, if given)."""
     from ablate.records.staleness import anchors
 
@@ -172,7 +215,7 @@ def check_all(only: str | None, tasks: list[str], scratch: Path) -> list[str]:
         if task in tasks
         for code_hash, rev in sorted(by_hash.items())
         if only is None or rev.startswith(only)
-        for problem in check(rev, task, code_hash, scratch, cache)
+        for problem in check(rev, task, code_hash, scratch, cache, keep)
     ]
 
 
@@ -188,6 +231,7 @@ if __name__ == "__main__":
     ap.add_argument("revision", nargs="?", help="only the anchors whose revision starts so")
     ap.add_argument("tasks", nargs="?", default=",".join(CONFIGS), help="tasks, comma-separated")
     ap.add_argument("--configs", help="only these configurations (comma-separated names of CONFIGS)")
+    ap.add_argument("--keep", action="store_true", help=f"keep the anchors' fingerprints in {KEPT.name}/")
     args = ap.parse_args()
     if args.configs:
         keep = set(args.configs.split(","))
@@ -195,7 +239,7 @@ if __name__ == "__main__":
     tasks = args.tasks.split(",")
     with tempfile.TemporaryDirectory() as d:
         try:
-            found = check_all(args.revision, tasks, Path(d))
+            found = check_all(args.revision, tasks, Path(d), args.keep)
         finally:
             _git("worktree", "prune")
     print("\n".join(found) or f"every anchor of {', '.join(tasks)} holds")
