@@ -15,7 +15,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,15 @@ class Metric:
     curve_key: str  # its key in a dev line of curves.jsonl
     sentence_stats: str | None = None  # its per-sentence statistics in dev_sentences.npz (the bootstrap)
     negligible: float = 0.1  # the largest difference to base that counts as none (the planner's delta)
+    # ---- the figure as a function of summed statistics (fairseq's reduce_metrics): sums[name] is the sum
+    # over the sentences of dev_sentences.npz's array `name`; with a leading axis of bootstrap replicates,
+    # one figure per replicate (so written for arrays: s["counts"][..., 0]). None: no bootstrap of it.
+    reduce: Callable[[Mapping[str, np.ndarray]], Any] | None = None
+
+
+def perplexity(sums: Mapping[str, np.ndarray]):
+    """exp of the summed NLL over the summed wordpieces."""
+    return np.exp(np.asarray(sums["nll"], float) / np.asarray(sums["tokens"], float))
 
 
 # Perplexity is every task's: the model's per-wordpiece NLL without label smoothing, token-weighted (the
@@ -53,6 +62,7 @@ class Metric:
 PPL = Metric(
     "ppl", "PPL", False, "exp of the summed NLL over the summed wordpieces", "dev_ppl", "dev_ppl", "nll",
     negligible=0.05,  # the paper's dev-PPL differences to base this large count as effects (15 rows)
+    reduce=perplexity,
 )  # fmt: skip
 
 
@@ -76,6 +86,10 @@ class Task:
     # ---- its own config: a dataclass of its keys (subclassing ablate.tasks.TaskConfig), set as
     # `task_cfg.<key>=` and read as `cfg.task_cfg.<key>`; None: it has none
     config: type[TaskConfig] | None = None
+    # ---- its paper beside its results (docs/tasks.md): paths, relative to the folder of the task's module
+    # or absolute; None: the report shows its own figures alone
+    paper_table: str | None = None  # a CSV of the paper's rows: row_id, <metric name>_dev, ... (ablate.paper)
+    paper_claims: str | None = None  # the paper's claims over those rows, declared in YAML (report/claims.py)
 
     def dev_scorer(self, cfg, prepared, dm) -> Callable[[list[str], list[str]], Scored] | None:
         """A function of the decoded dev outputs and their references giving the task's figures (None:
@@ -118,6 +132,13 @@ class Task:
 
     def headline(self) -> Metric:
         return self.metrics[0] if self.metrics else PPL
+
+    def paper_file(self, which: str) -> Path | None:
+        """The file of `paper_table` or `paper_claims`, resolved against the task's module folder."""
+        given = getattr(self, which)
+        if not given:
+            return None
+        return Path(importlib.import_module(type(self).__module__).__file__).parent / given
 
 
 # ---- the data API's types, and the source it makes of a task (ablate.data prepares it)

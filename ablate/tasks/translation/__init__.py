@@ -13,6 +13,8 @@ class TranslationTask(Task):
     label = "translation: sentence pairs, scored by BLEU"
     metrics = (BLEU,)
     tables = {"table2": "ablate.tasks.translation.table2:table2"}  # and the variations table (Table 3)
+    paper_table = "../../paper/paper_table3.csv"  # Table 3's figures beside the variations table
+    paper_claims = "../../paper/paper_claims3.yaml"  # its conclusions (section 6.2)
 
     def dev_scorer(self, cfg, prepared, dm):
         return bleu_scored
