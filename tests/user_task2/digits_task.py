@@ -14,6 +14,7 @@ import numpy as np
 
 from ablate.tasks import Metric, Scored, Task, TaskConfig, Vocabulary
 
+
 def cer_of_sums(sums) -> float:
     """The CER of summed (edit distance, reference characters): the figure the bootstrap resamples."""
     counts = sums["cer_counts"]
