@@ -10,6 +10,8 @@ from sacrebleu.metrics import BLEU
 from scipy import stats as sps
 
 from ablate.report import stats
+from ablate.tasks import PPL
+from ablate.tasks.bleu import BLEU as BLEU_METRIC
 
 
 def test_mean_sd():
@@ -82,15 +84,20 @@ def test_corpus_bleu_equals_sacrebleu():
             assert stats.corpus_bleu(s) == pytest.approx(ref, abs=1e-9)
 
 
+def _sent(nll, tokens, bleu_stats) -> stats.Sentences:
+    return stats.Sentences.from_arrays({"nll": nll, "tokens": tokens, "bleu_stats": bleu_stats})
+
+
 def test_bootstrap_without_resampling_is_corpus_bleu_and_ppl():
     rng = np.random.default_rng(1)
-    s = stats.Sentences(rng.random(30) * 40, rng.integers(5, 30, 30), _random_stats(rng, 30))
+    s = _sent(rng.random(30) * 40, rng.integers(5, 30, 30), _random_stats(rng, 30))
+    a = s.arrays
     ones = np.ones((1, 30))  # every sentence once: the unresampled corpus
-    assert s.metric("bleu", ones)[0] == pytest.approx(stats.corpus_bleu(s.bleu_stats.sum(0)))
-    assert s.metric("ppl", ones)[0] == pytest.approx(math.exp(s.nll.sum() / s.tokens.sum()))
-    st = s.bleu_stats.sum(0)
+    assert s.metric(BLEU_METRIC, ones)[0] == pytest.approx(stats.corpus_bleu(a["bleu_stats"].sum(0)))
+    assert s.metric(PPL, ones)[0] == pytest.approx(math.exp(a["nll"].sum() / a["tokens"].sum()))
+    st = a["bleu_stats"].sum(0)
     ref = BLEU.compute_bleu(list(st[2:6]), list(st[6:]), int(st[0]), int(st[1]), smooth_method="exp").score
-    assert s.metric("bleu") == pytest.approx(ref)
+    assert s.metric(BLEU_METRIC) == pytest.approx(ref)
 
 
 def test_hierarchical_bootstrap():
@@ -99,29 +106,30 @@ def test_hierarchical_bootstrap():
 
     def run(q):
         st = _random_stats(rng, n)
-        return stats.Sentences(rng.random(n) + q, np.full(n, 10), st)
+        return _sent(rng.random(n) + q, np.full(n, 10), st)
 
     base = {s: run(1.0) for s in (1, 2, 3)}
-    same = stats.hierarchical_bootstrap(base, base, "ppl", n_boot=200)
+    same = stats.hierarchical_bootstrap(base, base, PPL, n_boot=200)
     assert same.diff == 0 and same.lo == 0 and same.hi == 0 and same.p == 1.0  # identical runs: no difference
-    worse = {s: stats.Sentences(b.nll + 5.0, b.tokens, b.bleu_stats) for s, b in base.items()}
-    r = stats.hierarchical_bootstrap(base, worse, "ppl", n_boot=300, seed=3)
+    worse = {
+        s: _sent(b.arrays["nll"] + 5.0, b.arrays["tokens"], b.arrays["bleu_stats"]) for s, b in base.items()
+    }
+    r = stats.hierarchical_bootstrap(base, worse, PPL, n_boot=300, seed=3)
     expect = np.mean(
         [
-            math.exp((b.nll.sum() + 5 * n) / b.tokens.sum()) - math.exp(b.nll.sum() / b.tokens.sum())
+            math.exp((b.arrays["nll"].sum() + 5 * n) / b.arrays["tokens"].sum())
+            - math.exp(b.arrays["nll"].sum() / b.arrays["tokens"].sum())
             for b in base.values()
         ]
     )
     assert r.diff == pytest.approx(expect) and r.lo > 0 and r.p < 0.01
     assert r.kind == "paired bootstrap over seeds x sentences"
-    one = stats.hierarchical_bootstrap({1: base[1]}, {1: worse[1]}, "bleu", n_boot=50)
+    one = stats.hierarchical_bootstrap({1: base[1]}, {1: worse[1]}, BLEU_METRIC, n_boot=50)
     assert one.kind == "paired bootstrap over sentences" and one.diff == 0
-    unp = stats.hierarchical_bootstrap(base, {7: worse[1], 8: worse[2]}, "ppl", n_boot=50)
+    unp = stats.hierarchical_bootstrap(base, {7: worse[1], 8: worse[2]}, PPL, n_boot=50)
     assert unp.kind.startswith("bootstrap over seeds (unpaired)")
     with pytest.raises(ValueError):
-        stats.hierarchical_bootstrap(
-            base, {1: stats.Sentences(np.ones(3), np.ones(3), np.ones((3, 10)))}, "ppl"
-        )
+        stats.hierarchical_bootstrap(base, {1: _sent(np.ones(3), np.ones(3), np.ones((3, 10)))}, PPL)
 
 
 def test_holm_is_statsmodels_multipletests_over_a_grid():

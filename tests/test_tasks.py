@@ -351,9 +351,9 @@ def test_the_papers_figures_are_translations_alone():
         user = task_of("reverse_task:ReverseTask")
     finally:
         sys.path.remove(str(USER_TASK))
-    table3 = task_of("translation").paper_table()
+    table3 = task_of("translation").paper_figures()
     assert table3["base"] == {"paper_dev_ppl": 4.92, "paper_dev_bleu": 25.8} and list(table3)[:2] == [
         "base",
         "A1",
     ]
-    assert task_of("parsing").paper_table() == {} and user.paper_table() == {}
+    assert task_of("parsing").paper_figures() == {} and user.paper_figures() == {}

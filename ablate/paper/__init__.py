@@ -128,3 +128,70 @@ def table4() -> list[dict]:
         {"parser": r["parser"], "training": r["training"], "f1": float(r["f1"]), "ours": r["ours"] == "1"}
         for r in _read_csv("paper_table4.csv")
     ]
+
+
+# ---- a paper's table of variations beside a task's results (Task.paper_table): the package's Table 3, or a
+# researcher's own CSV in the same form (docs/tasks.md)
+
+
+class PaperError(ValueError):
+    """A paper's CSV or claims file that cannot be read: one line naming the file and line."""
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """A paper's rows from a CSV: '#' lines naming its source, then a header with `row_id`, a column
+    `<metric name>_dev` per metric it reports (ppl_dev, bleu_dev, cer_dev, ...), and optionally `group`,
+    `params_m` and `params_printed` (0 where the paper left the cell blank). A blank figure is none."""
+
+    path: Path
+    figures: dict[str, dict[str, float | None]]  # row -> metric name -> the paper's figure, in its order
+    decimals: dict[str, int]  # metric name -> the decimals the paper prints
+    groups: dict[str, str]
+    params: dict[str, float | None]  # row -> parameters (millions) where the paper prints them
+
+    def delta(self, row: str, metric: str) -> float | None:
+        """The paper's row minus the paper's base (None where either is missing)."""
+        mine, base = self.figures.get(row, {}).get(metric), self.figures.get("base", {}).get(metric)
+        return None if mine is None or base is None else round(mine - base, 6)
+
+    def metrics(self) -> list[str]:
+        return list(self.decimals)
+
+
+@lru_cache(maxsize=16)
+def paper_table(path: Path) -> PaperTable:
+    """The PaperTable of a CSV file (PaperError in one line naming the file and line)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise PaperError(f"{path}: cannot read the paper's table ({e.strerror or e})") from None
+    numbered = [(n, ln) for n, ln in enumerate(text.splitlines(), 1) if ln.strip() and not ln.startswith("#")]
+    if not numbered:
+        raise PaperError(f"{path}: no header line (row_id, <metric>_dev, ...)")
+    header = next(csv.reader([numbered[0][1]]))
+    if "row_id" not in header or not any(h.endswith("_dev") for h in header):
+        raise PaperError(f"{path} line {numbered[0][0]}: the header needs row_id and a <metric>_dev column")
+    metrics = [h.removesuffix("_dev") for h in header if h.endswith("_dev")]
+    figures, decimals, groups, params = {}, dict.fromkeys(metrics, 0), {}, {}
+    for n, line in numbered[1:]:
+        r = dict(zip(header, next(csv.reader([line])), strict=False))
+        row = r.get("row_id", "").strip()
+        if not row or row in figures:
+            raise PaperError(f"{path} line {n}: {'a repeated' if row else 'no'} row_id {row!r}")
+        try:
+            figures[row] = {m: _num(r.get(f"{m}_dev") or "") for m in metrics}
+            printed = r.get("params_printed", "1") != "0"
+            params[row] = _num(r.get("params_m") or "") if printed else None
+        except ValueError as e:
+            raise PaperError(f"{path} line {n}: not a number ({e})") from None
+        for m in metrics:
+            cell = (r.get(f"{m}_dev") or "").strip()
+            decimals[m] = max(decimals[m], len(cell.partition(".")[2]))
+        if r.get("group"):
+            groups[row] = r["group"]
+    return PaperTable(Path(path), figures, decimals, groups, params)
+
+
+def table3_path() -> Path:
+    return HERE / "paper_table3.csv"

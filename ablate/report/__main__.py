@@ -181,6 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(_selection_line(coll, cells=not getattr(table_fn, "reads_every", False)), file=sys.stderr)
+    from ablate.paper import PaperError
     from ablate.report.decide import LooksError
 
     try:
@@ -189,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         if table_fn is None:
             return _table3(args, coll, rows, task)
         table, notes = table_fn(coll)
-    except LooksError as e:  # the looks the alpha was spent over cannot be read: no decision is safe
+    except (LooksError, PaperError) as e:  # looks unread: no decision is safe; a paper's file unread
         print(f"error: {e}", file=sys.stderr)
         return 2
     table.notes = notes
@@ -333,6 +334,7 @@ def _commands(args, coll, rows: list[str] | None, task: str, cmd: str, table_fn)
         n_boot=args.n_boot,
         boot_seed=args.boot_seed,
         seeds_min=args.seeds_min,
+        task=task_of(task),
     )
     if args.decide_command:
         decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))

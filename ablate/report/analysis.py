@@ -1,6 +1,8 @@
-"""Table 3's analysis: each row's seeds, its difference to base with a t-test and a hierarchical bootstrap,
-Holm's correction across rows, the reading against the paper, and each run's curves read for fit.
-table3.py renders it; the statistics live in stats.py.
+"""The variations report's analysis, for any task: each row's seeds, for perplexity and every metric the
+task declares its difference to base with a t-test and a hierarchical bootstrap of the metric's summed
+per-sentence statistics (Metric.reduce), Holm's correction across rows, the reading against the task's
+paper (Task.paper_table), and each run's curves read for fit. table3.py renders it (Table 3 is
+translation's); the statistics live in stats.py.
 """
 
 from __future__ import annotations
@@ -11,22 +13,19 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ablate import paper
-from ablate.config import ModelConfig
+from ablate.config import DEFAULT_TASK, ModelConfig
 from ablate.config.rows import ordered
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
-from ablate.tasks import PPL
+from ablate.tasks import PPL, Metric, Task, task_of
 
-METRICS = ("ppl", "bleu")
-RECORD_KEY = {"ppl": "dev_ppl", "bleu": "dev_bleu", "test_bleu": "test_bleu"}
-EXTRA = ("test_bleu",)  # shown per row with its difference to base; the statistics are for METRICS
-BETTER = {"ppl": -1, "bleu": +1}  # sign of an improvement
 OPPOSITE = "opposite sign to the paper"
 
 
 @dataclass
 class Compare:
     metric: str
+    better: int = 1  # the sign of an improvement (+1: higher is better)
     diff: float | None = None  # mean(row) - mean(base) over all finished seeds
     ttest: stats.TTest | None = None
     boot: stats.Bootstrap | None = None
@@ -67,7 +66,7 @@ class Compare:
             self.diff is not None
             and self.excludes_zero
             and t_ok  # a bootstrap over 2-5 seeds is too narrow: the seed-level t interval must agree
-            and self.diff * BETTER[self.metric] > 0
+            and self.diff * self.better > 0
             and min(self.n_row, self.n_base) >= 2
         )
 
@@ -89,9 +88,10 @@ class RowResult:
     model: dict[str, Any]  # paper-scale row settings (ModelConfig fields)
     runs: dict[int, Run]
     finished: dict[int, Run]
-    values: dict[str, dict[int, float]]  # metric -> seed -> value
+    values: dict[str, dict[int, float]]  # metric name (and test_<headline>) -> seed -> value
     cmp: dict[str, Compare] = field(default_factory=dict)
-    paper: paper.PaperRow | None = None
+    paper: dict[str, float | None] | None = None  # the paper's figures by metric name (None: not its row)
+    paper_params: float | None = None  # the parameters (millions) the paper prints for the row
 
     def summary(self, metric: str) -> tuple[float, float, int]:
         return stats.mean_sd(list(self.values[metric].values()))
@@ -151,6 +151,31 @@ class Analysis:
     coll: Collection
     n_boot: int
     notes: list[str]
+    metrics: tuple[Metric, ...] = (PPL,)  # perplexity, then the task's: the table's columns
+    paper: paper.PaperTable | None = None  # the task's paper's table (Task.paper_table)
+    task: Task | None = None
+
+    @property
+    def stats_order(self) -> tuple[Metric, ...]:
+        """The task's metrics, then perplexity: the order of the statistics, directions and forest plots."""
+        return (*self.metrics[1:], self.metrics[0])
+
+    @property
+    def headline(self) -> Metric:
+        return self.metrics[1] if len(self.metrics) > 1 else self.metrics[0]
+
+    @property
+    def test_key(self) -> str:
+        """The record key of the headline's figure on the test split (test_bleu for translation)."""
+        return f"test_{self.headline.name}"
+
+    @property
+    def read_by(self) -> Metric:
+        """The metric the paper's table is read by (its sign agreement, its claims): the first the paper's
+        CSV reports of those the task declares, else the headline."""
+        by_name = {m.name: m for m in self.metrics}
+        found = [by_name[m] for m in (self.paper.metrics() if self.paper else []) if m in by_name]
+        return found[0] if found else self.headline
 
     def get(self, row: str) -> RowResult | None:
         return next((r for r in self.rows if r.row == row), None)
@@ -172,30 +197,44 @@ def analyse(
     n_boot: int = 1000,
     boot_seed: int = 0,
     seeds_min: int = 1,
+    task: Task | None = None,
 ) -> Analysis:
     """Each row's figures, its difference from base with a t-test and a hierarchical bootstrap, and Holm's
-    correction across the rows (per metric and per test)."""
-    t3 = paper.table3()
-    order = rows or ordered(set(paper.PAPER_ORDER) | set(coll.runs))
-    results = [_row_result(coll, row, t3) for row in order]
-    base = next((r for r in results if r.row == "base"), None) or _row_result(coll, "base", t3)
+    correction across the rows (per metric and per test), beside the task's paper's figures."""
+    task = task or task_of(DEFAULT_TASK)
+    table = paper_of(task)
+    an = Analysis([], coll, n_boot, [], (PPL, *task.metrics), table, task)
+    order = rows or ordered(set(table.figures if table else ()) | set(coll.runs))
+    results = [_row_result(an, row) for row in order]
+    base = next((r for r in results if r.row == "base"), None) or _row_result(an, "base")
     base_sent = _sentences(base)
     for rr in results:
         if rr.row != "base":
-            _compare(rr, base, base_sent, n_boot, boot_seed, seeds_min)
-    _correct_and_flag([r for r in results if r.row != "base"])
-    return Analysis(results, coll, n_boot, [])
+            _compare(an, rr, base, base_sent, n_boot, boot_seed, seeds_min)
+    _correct_and_flag(an, [r for r in results if r.row != "base"])
+    an.rows = results
+    return an
 
 
-def _row_result(coll: Collection, row: str, t3: dict) -> RowResult:
+def paper_of(task: Task) -> paper.PaperTable | None:
+    """The task's paper's table, or None where it declares none."""
+    path = task.paper_file("paper_table")
+    return paper.paper_table(path) if path else None
+
+
+def _row_result(an: Analysis, row: str) -> RowResult:
+    coll = an.coll
     runs, finished = coll.runs.get(row, {}), coll.finished(row)
+    keys = {m.name: m.record_key for m in an.metrics} | {an.test_key: an.test_key}
     values = {
-        m: {s: v for s, r in finished.items() if (v := r.metric(RECORD_KEY[m])) is not None}
-        for m in METRICS + EXTRA
+        m: {s: v for s, r in finished.items() if (v := r.metric(key)) is not None} for m, key in keys.items()
     }
     model = _model_dict(coll, row, runs)
-    group = t3[row].group if row in t3 else (model.get("group") or "extra")
-    return RowResult(row, group, model, runs, finished, values, paper=t3.get(row))
+    t = an.paper
+    group = t.groups[row] if t and row in t.groups else (model.get("group") or "extra")
+    figures = t.figures.get(row) if t else None
+    params = t.params.get(row) if t else None
+    return RowResult(row, group, model, runs, finished, values, paper=figures, paper_params=params)
 
 
 def _sentences(rr: RowResult) -> dict[int, stats.Sentences]:
@@ -211,11 +250,15 @@ def diff_to_base(rv: dict[int, float], bv: dict[int, float]) -> tuple[float, dic
     return stats.mean_sd(list(rv.values()))[0] - stats.mean_sd(list(bv_cmp.values()))[0], bv_cmp
 
 
-def _compare(rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_seed: int, seeds_min: int):
+def _compare(
+    an: Analysis, rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_seed: int, seeds_min: int
+):
     """rr.cmp[metric]: the row minus base, paired by seed where every seed of the row also ran for base."""
     row_sent = None
-    for m in METRICS:
-        c = rr.cmp[m] = Compare(m, paper_diff=paper.paper_delta(rr.row, m))
+    for metric in an.metrics:
+        m = metric.name
+        paper_diff = an.paper.delta(rr.row, m) if an.paper else None
+        c = rr.cmp[m] = Compare(m, 1 if metric.higher_is_better else -1, paper_diff=paper_diff)
         bv, rv = base.values[m], rr.values[m]
         if not bv or not rv or len(rv) < seeds_min or len(bv) < seeds_min:
             continue
@@ -223,20 +266,20 @@ def _compare(rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_
         c.n_row, c.n_base = len(rv), len(bv_cmp)
         c.ttest = stats.against_base(bv, rv)
         row_sent = _sentences(rr) if row_sent is None else row_sent
-        if base_sent and row_sent:
+        if base_sent and row_sent and metric.reduce is not None:
             paired = set(row_sent) <= set(base_sent)
             b = {s: base_sent[s] for s in row_sent} if paired else base_sent
             try:
                 c.boot = stats.hierarchical_bootstrap(
-                    b, row_sent, m, n_boot=n_boot, seed=boot_seed, paired=paired
+                    b, row_sent, metric, n_boot=n_boot, seed=boot_seed, paired=paired
                 )
-            except ValueError:
+            except (ValueError, KeyError, IndexError):  # statistics its reduce cannot read: no bootstrap
                 c.boot = None
 
 
-def _correct_and_flag(compared: list[RowResult]) -> None:
+def _correct_and_flag(an: Analysis, compared: list[RowResult]) -> None:
     """Holm across the rows compared with base, per metric and per test; flag disagreements with the paper."""
-    for m in METRICS:
+    for m in (metric.name for metric in an.stats_order):
         cs = [r.cmp[m] for r in compared]
         for c, adj in zip(cs, stats.holm([c.ttest.p if c.ttest else None for c in cs]), strict=True):
             c.p_t_holm = adj
@@ -250,26 +293,26 @@ def _correct_and_flag(compared: list[RowResult]) -> None:
                 c.flags.append("interval excludes the paper's Δ")
 
 
-PAPER_PPL_EFFECT = PPL.negligible  # the paper's dev-PPL differences to base this large count as effects
-
-
 def agreement(an: Analysis) -> dict[str, list[str]]:
-    """The rows with a paper dev-PPL effect (|paper Δ| >= 0.05), those measured here, those that agree with
-    the paper in sign, those both intervals support, and those that disagree."""
+    """Read by the paper's metric (an.read_by; dev PPL for Table 3): the rows with a paper effect (|paper
+    Δ| at least the metric's negligible), those measured here, those that agree with the paper in sign,
+    those both intervals support, and those that disagree."""
+    m = an.read_by
     effect = [
         rr
         for rr in an.rows
         if rr.row != "base"
-        and (d := paper.paper_delta(rr.row, "ppl")) is not None
-        and round(abs(d), 2) >= PAPER_PPL_EFFECT
+        and an.paper is not None
+        and (d := an.paper.delta(rr.row, m.name)) is not None
+        and round(abs(d), 2) >= m.negligible
     ]
-    measured = [rr for rr in effect if (c := rr.cmp.get("ppl")) is not None and c.diff is not None]
-    agree = [rr for rr in measured if rr.cmp["ppl"].direction() == "agree"]
+    measured = [rr for rr in effect if (c := rr.cmp.get(m.name)) is not None and c.diff is not None]
+    agree = [rr for rr in measured if rr.cmp[m.name].direction() == "agree"]
     return {
         "paper_effect": [rr.row for rr in effect],
         "measured": [rr.row for rr in measured],
         "agree": [rr.row for rr in agree],
-        "supported": [rr.row for rr in agree if rr.cmp["ppl"].both_exclude_zero],
+        "supported": [rr.row for rr in agree if rr.cmp[m.name].both_exclude_zero],
         "disagree": [rr.row for rr in measured if rr not in agree],
     }
 

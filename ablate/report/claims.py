@@ -1,30 +1,21 @@
-"""The paper's conclusions from Table 3 (section 6.2), each read against our runs through the planner's
-sequential procedure (report/decide.py): the same pooled seed variance, the same looks and the alpha each
-look spent, so the claims and the Decisions section say one thing about every row.
+"""A paper's conclusions from its table, each read against our runs through the planner's sequential
+procedure (report/decide.py): the same pooled seed variance, the same looks and the alpha each look spent,
+so the claims and the Decisions section say one thing about every row. Table 3's (section 6.2) live in
+ablate/paper/paper_claims3.yaml; a researcher's task declares its own file (Task.paper_claims) in the same
+form (docs/tasks.md).
 
-Every claim rests on rows and reads their dev-PPL difference (Table 3 is read by dev PPL; lower is
-better). A row holds for the claim when its decision at this look is the claimed direction, holds against
-it when the decision is the other direction (or negligible, for a claimed direction), and is undecided
-otherwise. The verdicts:
+A claim rests on rows and reads their difference to a reference in one metric (the metric the paper's
+table is read by, Analysis.read_by: dev PPL for Table 3; or the claim's own `metric`). Each row expects
+**worse** or **better** (decided so against the reference at this look), or **nearly identical** (an
+equivalence test within +-`within` of base's mean, at the alpha the row's look spent: TOST, the (1 - 2a)
+interval inside the band; not supported when the look's (1 - a) interval lies wholly outside it, on one
+side). The reference is base, or with `best_of` the row of those listed with the best mean (a listed row
+that is itself the best holds against the claim; the best is picked by its point estimate, so a close
+second can lose to it by chance: read the intervals). The verdicts:
 
-- supported: every row the claim rests on is decided, in the claimed direction;
+- supported: every row the claim rests on is decided, as claimed;
 - not supported: at least one row is decided against the claim;
 - undecided: neither (a row not yet measured, or undecided at this look).
-
-The rules, one per claim:
-
-- (A) heads: the best head setting is the row of base, A1-A4 with the lowest mean dev PPL; single-head
-  attention (A1) and the most heads (A4, 32) must each be decided worse than it, by the pooled t at the
-  alpha the row's look spent (base's own decision where base is the best). A1 or A4 being the best setting
-  is against the claim. The best is picked by its point estimate, so a close second can lose to it by
-  chance: read the intervals.
-- (B) smaller d_k: B1 (d_k 16) and B2 (d_k 32) each decided worse than base.
-- (C) size: the rows larger than base (C3 N 8, C5 d_model 1024, C7 d_ff 4096, big) each decided better
-  than base, and the smaller ones (C1 N 2, C2 N 4, C4 d_model 256, C6 d_ff 1024) each decided worse.
-- (D) dropout: D1 (P_drop 0) decided worse than base.
-- (E) learned positions: nearly identical, an equivalence test within +-NEARLY_IDENTICAL of base's mean
-  dev PPL at the alpha E's look spent (TOST: the (1 - 2a) interval inside the band); not supported when
-  the look's (1 - a) interval lies wholly outside the band, on one side.
 
 Pure functions over an Analysis and its looks.
 """
@@ -32,31 +23,22 @@ Pure functions over an Analysis and its looks.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
-from ablate import paper
-from ablate.report.analysis import PAPER_PPL_EFFECT, Analysis, RowResult
+from ablate.paper import PaperError
+from ablate.report.analysis import Analysis, RowResult
 from ablate.report.decide import Decision, Design, decide_values, read_looks
-from ablate.tasks import PPL
-
-METRIC = "ppl"
-PAPER_BASE_PPL = paper.table3()["base"].ppl  # 4.92
-# E's "nearly identical": within 1% of base's dev PPL. The smallest paper dev-PPL Δ the report counts as an
-# effect (PAPER_PPL_EFFECT, 0.05) is 1% of the paper's base (4.92); a fraction, because our perplexities are
-# on another vocabulary and scale.
-NEARLY_IDENTICAL = round(PAPER_PPL_EFFECT / PAPER_BASE_PPL, 2)
+from ablate.tasks import Metric
 
 SUPPORTED, NOT_SUPPORTED, UNDECIDED = "supported", "not supported", "undecided"
-WORSE, BETTER = "worse", "better"
-
-HEADS = ("base", "A1", "A2", "A3", "A4")
-LARGER = ("C3", "C5", "C7", "big")
-SIZE = ("C1", "C2", "C3", "C4", "C5", "C6", "C7", "big")
+WORSE, BETTER, NEARLY = "worse", "better", "nearly identical"
 
 
 @dataclass
 class Evidence:
-    """One row's dev-PPL decision against its reference (base, or the best head setting for claim A)."""
+    """One row's decision in the claim's metric against its reference (base, or the best of `best_of`)."""
 
     row: str
     against: str
@@ -97,18 +79,20 @@ class Claim:
 
 @dataclass(frozen=True)
 class Reading:
-    """What every claim reads: the table's dev PPL by row and seed, and the looks made on it."""
+    """What every claim reads: the table's figures of one metric by row and seed, and the looks made."""
 
     an: Analysis
+    metric: Metric
     values: dict[str, dict[int, float]]
     design: Design
 
     @classmethod
-    def of(cls, an: Analysis) -> Reading:
-        values = {rr.row: dict(rr.values[METRIC]) for rr in an.rows if rr.values[METRIC]}
+    def of(cls, an: Analysis, metric: Metric | None = None) -> Reading:
+        metric = metric or an.read_by
+        values = {rr.row: dict(rr.values[metric.name]) for rr in an.rows if rr.values[metric.name]}
         coll = an.coll
         looks = read_looks(coll.results_dir) if coll is not None and coll.results_dir else []
-        return cls(an, values, Design(PPL, (coll.scale if coll is not None else "") or "", looks))
+        return cls(an, metric, values, Design(metric, (coll.scale if coll is not None else "") or "", looks))
 
     def decision(self, row: str, against: str = "base") -> Decision | None:
         if row not in self.values or against not in self.values:
@@ -137,101 +121,147 @@ def verdict(evidence: list[Evidence]) -> str:
     return UNDECIDED
 
 
-def _measured(rr: RowResult | None) -> bool:
-    return rr is not None and len(rr.values[METRIC]) > 0
+def _measured(rr: RowResult | None, metric: Metric) -> bool:
+    return rr is not None and len(rr.values[metric.name]) > 0
 
 
-def claim_a(rd: Reading) -> Claim:
-    cl = Claim(
-        "A",
-        "Single-head attention is 0.9 BLEU worse than the best setting, and quality also drops off with "
-        "too many heads.",
-        "A1 (1 head) and A4 (32 heads) each worse than the best head setting (lowest mean dev PPL of base, "
-        "A1-A4)",
-        list(HEADS),
-    )
-    an = rd.an
-    if not _measured(an.get("base")):
-        cl.evidence = [Evidence(r, "base", WORSE) for r in ("A1", "A4")]
+@dataclass(frozen=True)
+class Spec:
+    """A paper's claims file: the report's title, the section's heading and note, and each claim as
+    declared ({key, paper, rule, expect: {row: worse | better | nearly identical}, and optionally best_of,
+    best_name, within, metric})."""
+
+    title: str | None
+    heading: str
+    note: str | None
+    claims: list[dict[str, Any]]
+
+
+EXPECTS = (WORSE, BETTER, NEARLY)
+
+
+@lru_cache(maxsize=16)
+def read_spec(path: Path) -> Spec:
+    """A claims file (YAML), checked: PaperError in one line naming the file and what is wrong."""
+    import yaml
+
+    try:
+        d = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as e:
+        where = getattr(e, "problem_mark", None)
+        at = f" line {where.line + 1}" if where is not None else ""
+        raise PaperError(f"{path}{at}: cannot read the paper's claims ({type(e).__name__})") from None
+    claims = d.get("claims") or [] if isinstance(d, dict) else None
+    if not isinstance(claims, list):
+        raise PaperError(f"{path}: not a mapping with a list `claims`")
+    for i, c in enumerate(claims, 1):
+        _check_claim(path, i, c)
+    return Spec(d.get("title"), d.get("heading") or "The paper's claims", d.get("note"), claims)
+
+
+def _check_claim(path: Path, i: int, c: Any) -> None:
+    what = f"{path}: claim {i}"
+    if not isinstance(c, dict) or not all(isinstance(c.get(k), str) for k in ("key", "paper", "rule")):
+        raise PaperError(f"{what}: needs key, paper and rule as text")
+    expect = c.get("expect")
+    if not isinstance(expect, dict) or not expect:
+        raise PaperError(f"{what} ({c['key']}): `expect` maps rows to {', '.join(EXPECTS)}")
+    for row, e in expect.items():
+        if e not in EXPECTS:
+            raise PaperError(f"{what} ({c['key']}): {row}: {e!r} is not one of {', '.join(EXPECTS)}")
+    if NEARLY in expect.values() and not isinstance(c.get("within"), int | float):
+        raise PaperError(f"{what} ({c['key']}): a nearly identical row needs `within` (a fraction of base)")
+
+
+def spec_of(an: Analysis) -> Spec | None:
+    path = an.task.paper_file("paper_claims") if an.task is not None else None
+    return read_spec(path) if path else None
+
+
+def report_title(an: Analysis) -> str:
+    """The report's title: the paper's table it reproduces, else the task's variations."""
+    spec = spec_of(an)
+    if spec is not None and spec.title:
+        return spec.title
+    name = an.task.name if an.task is not None else "?"
+    label = an.task.label if an.task is not None and an.task.label else "its declared metrics"
+    return f"Variations of task {name}: {label}"
+
+
+def _metric(an: Analysis, c: dict) -> Metric:
+    by_name = {m.name: m for m in an.metrics}
+    if c.get("metric") is None:
+        return an.read_by
+    if c["metric"] not in by_name:
+        raise PaperError(f"claim {c['key']}: metric {c['metric']!r} is not one of {', '.join(by_name)}")
+    return by_name[c["metric"]]
+
+
+def read_claim(an: Analysis, c: dict) -> Claim:
+    """One declared claim, its evidence and verdict."""
+    rd = Reading.of(an, _metric(an, c))
+    expect: dict[str, str] = c["expect"]
+    cl = Claim(c["key"], c["paper"], c["rule"], list(c.get("best_of") or expect))
+    if c.get("best_of"):
+        _against_best(rd, cl, c, expect)
+    else:
+        cl.evidence = [
+            _nearly(rd, cl, row, c["within"]) if e == NEARLY else _evidence(rd.decision(row), row, "base", e)
+            for row, e in expect.items()
+        ]
+    cl.verdict = verdict(cl.evidence)
+    return cl
+
+
+def _against_best(rd: Reading, cl: Claim, c: dict, expect: dict[str, str]) -> None:
+    """Each row against the best of `best_of` (the lowest mean where lower is better)."""
+    m, an = rd.metric, rd.an
+    if not _measured(an.get("base"), m):
+        cl.evidence = [Evidence(r, "base", e) for r, e in expect.items()]
         cl.note = "base not measured"
-        cl.verdict = verdict(cl.evidence)
-        return cl
-    best = min((rr for row in HEADS if _measured(rr := an.get(row))), key=lambda rr: rr.summary(METRIC)[0])
-    cl.evidence = []
-    for row in ("A1", "A4"):
+        return
+    sign = -1 if m.higher_is_better else 1
+    measured = [rr for row in c["best_of"] if _measured(rr := an.get(row), m)]
+    best = min(measured, key=lambda rr: sign * rr.summary(m.name)[0])
+    for row, e in expect.items():
         if row == best.row:  # the row is itself the best setting: against the claim
-            ev = Evidence(row, row, WORSE, diff=0.0, holds=False, seeds=len(best.values[METRIC]))
+            ev = Evidence(row, row, e, diff=0.0, holds=False, seeds=len(best.values[m.name]))
         else:
-            ev = _evidence(rd.decision(row, best.row), row, best.row, WORSE)
+            ev = _evidence(rd.decision(row, best.row), row, best.row, e)
         cl.evidence.append(ev)
-    cl.note = f"best head setting: {best.row} (dev PPL {best.summary(METRIC)[0]:.2f})"
-    cl.verdict = verdict(cl.evidence)
-    return cl
+    name = c.get("best_name") or "setting"
+    cl.note = f"best {name}: {best.row} (dev {m.label} {best.summary(m.name)[0]:.2f})"
 
 
-# claim -> (the paper's words, the rule, {row: the direction the claim expects of its dev-PPL Δ to base})
-AGAINST_BASE = {
-    "B": (
-        "Reducing the attention key size d_k hurts model quality.",
-        "B1 (d_k 16) and B2 (d_k 32) each worse than base",
-        {"B1": WORSE, "B2": WORSE},
-    ),
-    "C": (
-        "Bigger models are better.",
-        "the larger rows (C3, C5, C7, big) each better than base, the smaller (C1, C2, C4, C6) each worse",
-        {r: BETTER if r in LARGER else WORSE for r in SIZE},
-    ),
-    "D": (
-        "Dropout is very helpful in avoiding over-fitting.",
-        "D1 (P_drop 0) worse than base",
-        {"D1": WORSE},
-    ),
-}
-
-
-def claim_against_base(rd: Reading, key: str) -> Claim:
-    """Claims B, C and D: each of their rows' Δ to base decided in the direction the claim expects."""
-    paper_words, rule, expect = AGAINST_BASE[key]
-    cl = Claim(key, paper_words, rule, list(expect))
-    cl.evidence = [_evidence(rd.decision(row), row, "base", sign) for row, sign in expect.items()]
-    cl.verdict = verdict(cl.evidence)
-    return cl
-
-
-def claim_e(rd: Reading) -> Claim:
-    cl = Claim(
-        "E",
-        "Learned positional embeddings instead of sinusoids give nearly identical results to the base model.",
-        f"E's Δ within ±{NEARLY_IDENTICAL:.0%} of base's dev PPL (equivalence test at E's look)",
-        ["E"],
-    )
-    d = rd.decision("E")
-    ev = _evidence(d, "E", "base", "nearly identical")
+def _nearly(rd: Reading, cl: Claim, row: str, within: float) -> Evidence:
+    """`row` nearly identical to base: TOST within +-within x base's mean at the alpha of the row's look."""
+    d = rd.decision(row)
+    ev = _evidence(d, row, "base", NEARLY)
     base = rd.an.get("base")
     if ev.diff is not None and d.alpha > 0:
-        mean = base.summary(METRIC)[0]
-        tol = NEARLY_IDENTICAL * mean
-        cl.note = f"tolerance ±{tol:.3f} ({NEARLY_IDENTICAL:.0%} of base's {mean:.2f})"
+        mean = base.summary(rd.metric.name)[0]
+        tol = within * abs(mean)
+        note = f"tolerance ±{tol:.3f} ({within:.0%} of base's {mean:.2f})"
         eq_lo, eq_hi = d.interval(2 * d.alpha)
         if -tol < eq_lo and eq_hi < tol:
             ev.holds = True
         elif d.lo > tol or d.hi < -tol:
             ev.holds = False
-        cl.note += (
+        note += (
             f"; equivalence interval (1 - 2 alpha) [{eq_lo:+.2f}, {eq_hi:+.2f}]"
             + {True: " inside it", False: "", None: ": neither inside it nor the look's interval outside"}[
                 ev.holds
             ]
         )
-    cl.evidence = [ev]
-    cl.verdict = verdict(cl.evidence)
-    return cl
+        cl.note = "; ".join(n for n in (cl.note, note) if n)
+    return ev
 
 
 def claims(an: Analysis) -> list[Claim]:
-    """The five claims of section 6.2, each with its rows, evidence and verdict."""
-    rd = Reading.of(an)
-    return [claim_a(rd), *(claim_against_base(rd, k) for k in AGAINST_BASE), claim_e(rd)]
+    """The paper's claims (the task's paper_claims; Table 3's for translation), each with its rows,
+    evidence and verdict; none where the task declares no claims."""
+    spec = spec_of(an)
+    return [read_claim(an, c) for c in spec.claims] if spec else []
 
 
 def claims_data(an: Analysis) -> list[dict[str, Any]]:
@@ -239,15 +269,13 @@ def claims_data(an: Analysis) -> list[dict[str, Any]]:
     return [c.as_dict() for c in claims(an)]
 
 
-RULES_NOTE = (
-    "Each claim of the paper's section 6.2, read by a rule over the dev-PPL Δ of the rows it rests on, "
-    "through the planner's procedure (the Decisions below: the pooled seed variance, each row's look and the "
-    "alpha it spent). supported: every row decided as claimed; not supported: a row decided against the "
-    "claim; undecided: otherwise (a row undecided at this look, or not measured). (A) compares A1 and A4 "
-    "with the best head setting by the same test, at the alpha of the row's look; (E) is an equivalence "
-    f"test within ±{NEARLY_IDENTICAL:.0%} of base's dev PPL (the paper's smallest effect, {PAPER_PPL_EFFECT} "
-    f"of {PAPER_BASE_PPL}) at E's look, not supported when the look's interval lies outside that band."
-)
+def rules_note(an: Analysis) -> str:
+    return (
+        f"Each claim of the paper, read by a rule over the dev-{an.read_by.label} Δ of the rows it rests on, "
+        "through the planner's procedure (the Decisions below: the pooled seed variance, each row's look "
+        "and the alpha it spent). supported: every row decided as claimed; not supported: a row decided "
+        "against the claim; undecided: otherwise (a row undecided at this look, or not measured)."
+    )
 
 
 def _mark(ev: Evidence) -> str:
@@ -256,7 +284,10 @@ def _mark(ev: Evidence) -> str:
 
 def claims_markdown(an: Analysis) -> list[str]:
     """The report's section: one line per claim with its verdict, its rule and each row's Δ and intervals."""
-    lines = ["## The paper's claims (section 6.2)", "", RULES_NOTE, ""]
+    spec = spec_of(an)
+    if spec is None or not spec.claims:
+        return []
+    lines = [f"## {spec.heading}", "", spec.note or rules_note(an), ""]
     for cl in claims(an):
         rows = "; ".join(ev.text() + (f": {m}" if (m := _mark(ev)) else "") for ev in cl.evidence)
         note = f" {cl.note[0].upper()}{cl.note[1:]}." if cl.note else ""

@@ -169,16 +169,17 @@ class Run:
         return self.folder / (self.rec.get("files") or {}).get(key, default)
 
     def sentences(self) -> dict[str, np.ndarray] | None:
-        """The per-sentence statistics of the run's own dev decode (none under another protocol)."""
+        """The per-sentence statistics of the run's own dev decode, every array of its dev_sentences.npz
+        (none under another protocol, none where the arrays disagree on the number of sentences)."""
         p = self.file("dev_sentences", "dev_sentences.npz")
         if self.average is not None or not p.is_file():
             return None
         try:
             with np.load(p) as z:
-                out = {k: np.asarray(z[k]) for k in ("nll", "tokens", "bleu_stats")}
+                out = {k: np.asarray(z[k]) for k in z.files}
         except Exception:  # noqa: BLE001 - a damaged file only loses the bootstrap
             return None
-        if out["bleu_stats"].ndim != 2 or out["bleu_stats"].shape[1] != 10:
+        if not out or len({len(a) if a.ndim else -1 for a in out.values()}) != 1:
             return None
         return out
 

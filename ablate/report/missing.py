@@ -47,11 +47,11 @@ def missing_cells(
 
 
 def table_rows(coll: Collection, task: str = DEFAULT_TASK) -> list[str]:
-    """The rows of a task's table: its paper's (Task.paper_table: Table 3's for translation), else base,
+    """The rows of a task's table: its paper's (Task.paper_figures: Table 3's for translation), else base,
     the rows of its records and the researcher's own row files (--conf, those the project does not have)."""
     from ablate.tasks import task_of
 
-    paper_rows = list(task_of(task).paper_table())
+    paper_rows = list(task_of(task).paper_figures())
     if paper_rows:
         return paper_rows
     theirs = {

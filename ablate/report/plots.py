@@ -1,5 +1,5 @@
 """Figures for the report (matplotlib, Agg backend, PNG): dev PPL curves per group with each row's
-difference to base, and forest plots of the BLEU and PPL differences to base."""
+difference to base, and a forest plot of the differences to base of each metric (the task's, then PPL)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,16 @@ import numpy as np
 
 from ablate import paper
 from ablate.report.analysis import Analysis, RowResult, gap_to_base
+from ablate.report.claims import spec_of
 from ablate.report.table3 import _label
+
+
+def plot_prefix(an: Analysis) -> str:
+    """What a forest plot's title names: the paper's table ("Table 3"), else the task."""
+    spec = spec_of(an)
+    if spec is not None and spec.title:
+        return spec.title.partition(":")[0]
+    return f"task {an.task.name}" if an.task is not None else "variations"
 
 
 def _plt():
@@ -95,9 +104,9 @@ FOREST_TITLE = "{} difference to base per row"
 CURVES_TITLE = "dev PPL vs steps, group {}"
 
 
-def plot_titles(groups: list[str]) -> list[str]:
-    """The titles make_plots gives, for a table of these Table 3 groups."""
-    forest = [FOREST_TITLE.format(m) for m in ("BLEU", "PPL")]
+def plot_titles(groups: list[str], labels: tuple[str, ...] = ("BLEU", "PPL")) -> list[str]:
+    """The titles make_plots gives, for a table of these groups and metrics (Table 3's by default)."""
+    forest = [FOREST_TITLE.format(m) for m in labels]
     return forest + [CURVES_TITLE.format(g) for g in groups if g != "base"]
 
 
@@ -161,7 +170,7 @@ def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, [_label(rr) for rr in rows])
     ax.set_xlabel(f"{metric.upper()} (dev) difference to base")
-    ax.set_title(f"Table 3: {metric.upper()} Δ vs base (95% interval)")
+    ax.set_title(f"{plot_prefix(an)}: {metric.upper()} Δ vs base (95% interval)")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     path = out_dir / f"forest_{metric}.png"
@@ -173,7 +182,8 @@ def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]
 def make_plots(an: Analysis, out_dir: str | Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    out = forest(an, out_dir, "bleu")
-    out.update(forest(an, out_dir, "ppl"))
+    out: dict[str, Path] = {}
+    for m in an.stats_order:
+        out.update(forest(an, out_dir, m.name))
     out.update(ppl_curves(an, out_dir))
     return out

@@ -1,5 +1,6 @@
 """Pure statistics for the ablation table: seed summaries, t-tests, Holm, and a bootstrap over seeds and
-dev sentences that recomputes corpus BLEU and perplexity from per-sentence sufficient statistics.
+dev sentences that recomputes each declared metric from its summed per-sentence statistics (Metric.reduce:
+corpus BLEU from n-gram counts, perplexity from NLL and tokens, a task's own from its own).
 
 numpy and scipy.stats (the t tests and their intervals); Holm's step-down by hand, checked against
 statsmodels' multipletests in the tests; no I/O.
@@ -8,10 +9,16 @@ statsmodels' multipletests in the tests; no I/O.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import stats as sps
+
+from ablate.tasks import Metric
+from ablate.tasks.bleu import corpus_bleu
+
+__all__ = ["corpus_bleu"]  # the report's name for it, kept beside the statistics that use it
 
 # ------------------------------------------------------------------------------------------------------------
 # Seeds
@@ -104,63 +111,50 @@ def holm(pvalues) -> list[float]:
 # Corpus metrics from sufficient statistics
 
 
-def corpus_bleu(stats) -> np.ndarray | float:
-    """sacreBLEU's corpus BLEU (smooth 'exp', max order 4, no effective order) from summed statistics in
-    sacreBLEU's order [hyp_len, ref_len, correct_1..4, total_1..4]; stats (..., 10) -> (...) scores."""
-    s = np.asarray(stats, dtype=np.float64)
-    scalar = s.ndim == 1
-    s = np.atleast_2d(s)
-    sys_len, ref_len = s[:, 0], s[:, 1]
-    correct, total = s[:, 2:6], s[:, 6:10]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        bp = np.where(
-            sys_len < ref_len,
-            np.where(sys_len > 0, np.exp(1.0 - ref_len / np.maximum(sys_len, 1e-300)), 0.0),
-            1.0,
-        )
-        zero = correct == 0
-        # 'exp' smoothing: the k-th order with no match gets precision 100 / (2^k * total)
-        k = np.cumsum(zero & (total > 0), axis=1)
-        prec = np.where(zero, 100.0 / (2.0**k * total), 100.0 * correct / total)
-        prec = np.where(total > 0, prec, 0.0)  # an order with no n-grams stops the loop: precision 0
-        logp = np.where(prec > 0, np.log(np.where(prec > 0, prec, 1.0)), -9999999999.0)
-        score = bp * np.exp(logp.sum(axis=1) / 4.0)
-    score = np.where(correct.sum(axis=1) == 0, 0.0, score)
-    return float(score[0]) if scalar else score
-
-
-def perplexity(nll_sum, tokens) -> np.ndarray | float:
-    return np.exp(np.asarray(nll_sum, float) / np.asarray(tokens, float))
-
-
 # ------------------------------------------------------------------------------------------------------------
 # Hierarchical paired bootstrap
 
 
 @dataclass(frozen=True)
 class Sentences:
-    """One run's per-sentence dev statistics (dev-set order)."""
+    """One run's per-sentence dev statistics (dev-set order): every array of its dev_sentences.npz, by
+    name, the first axis the sentences."""
 
-    nll: np.ndarray  # (n,)
-    tokens: np.ndarray  # (n,)
-    bleu_stats: np.ndarray  # (n, 10)
+    arrays: dict[str, np.ndarray]
 
     @classmethod
     def from_arrays(cls, d: dict) -> Sentences:
-        return cls(
-            np.asarray(d["nll"], float), np.asarray(d["tokens"], float), np.asarray(d["bleu_stats"], float)
-        )
+        return cls({k: np.asarray(v, float) for k, v in d.items()})
 
-    def metric(self, name: str, weights: np.ndarray | None = None) -> np.ndarray | float:
-        """Corpus metric ('bleu' or 'ppl'); weights (B, n): draws per sentence and replicate."""
-        if name == "bleu":
-            s = self.bleu_stats.sum(0) if weights is None else weights @ self.bleu_stats
-            return corpus_bleu(s)
-        if name == "ppl":
-            if weights is None:
-                return float(perplexity(self.nll.sum(), self.tokens.sum()))
-            return perplexity(weights @ self.nll, weights @ self.tokens)
-        raise ValueError(f"unknown metric {name!r}")
+    @property
+    def n(self) -> int:
+        return len(next(iter(self.arrays.values())))
+
+    def metric(self, metric: Metric, weights: np.ndarray | None = None) -> np.ndarray | float:
+        """The metric of the summed statistics (Metric.reduce); weights (B, n): draws per sentence and
+        replicate, giving one figure per replicate."""
+        if metric.reduce is None:
+            raise ValueError(f"metric {metric.name!r} declares no reduce of summed statistics")
+        return metric.reduce(_Sums(self.arrays, weights))
+
+
+class _Sums(Mapping):
+    """The summed statistics a reduce reads, each summed when first read (a metric reads its own arrays)."""
+
+    def __init__(self, arrays: dict[str, np.ndarray], weights: np.ndarray | None):
+        self._arrays, self._weights, self._done = arrays, weights, {}
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        if key not in self._done:
+            a = self._arrays[key]
+            self._done[key] = a.sum(0) if self._weights is None else self._weights @ a
+        return self._done[key]
+
+    def __iter__(self):
+        return iter(self._arrays)
+
+    def __len__(self) -> int:
+        return len(self._arrays)
 
 
 @dataclass(frozen=True)
@@ -182,7 +176,7 @@ def _draw_counts(rng: np.random.Generator, n_boot: int, n: int) -> np.ndarray:
 def hierarchical_bootstrap(
     base: dict[int, Sentences],
     row: dict[int, Sentences],
-    metric: str,
+    metric: Metric,
     n_boot: int = 1000,
     conf: float = 0.95,
     seed: int = 0,
@@ -194,13 +188,14 @@ def hierarchical_bootstrap(
     Seeds and sentences are crossed (every run is scored on the same dev sentences), so a replicate draws one
     set of seeds (paired: the same seed ids for base and row; otherwise each side its own) and one set of
     sentence indices, used by base and row alike. Each drawn run's corpus metric is recomputed from its summed
-    statistics over the drawn sentences (BLEU from the n-gram counts, perplexity from NLL and token sums).
+    statistics over the drawn sentences (Metric.reduce: BLEU from the n-gram counts, perplexity from NLL and
+    token sums).
     With one seed per side only sentences are resampled. p is two-sided: 2 * min(P*(d <= 0), P*(d >= 0)),
     with the +1 correction, capped at 1.
     """
     if not base or not row:
         raise ValueError("the bootstrap needs at least one run per side")
-    n_sent = {s.nll.size for s in (*base.values(), *row.values())}
+    n_sent = {s.n for s in (*base.values(), *row.values())}
     if len(n_sent) != 1:
         raise ValueError(f"runs were scored on different dev sets (sentence counts {sorted(n_sent)})")
     n = n_sent.pop()
@@ -220,7 +215,7 @@ def hierarchical_bootstrap(
     d = (mr * cr).sum(1) / len(r_keys) - (mb * cb).sum(1) / len(b_keys)
     point = float(
         np.mean([row[k].metric(metric) for k in r_keys]) - np.mean([base[k].metric(metric) for k in b_keys])
-    )
+    )  # the metric of each run's summed statistics: its own figure
     alpha = 1 - conf
     lo, hi = np.quantile(d, [alpha / 2, 1 - alpha / 2])
     p = min(1.0, 2 * min((np.sum(d <= 0) + 1) / (n_boot + 1), (np.sum(d >= 0) + 1) / (n_boot + 1)))

@@ -1,6 +1,7 @@
-"""Table 3 rendered: the main table (paper beside ours), the statistics against base, the reading against
-the paper with each disagreement's evidence, fit and cost, as Markdown or JSON. The numbers come from
-analysis.py.
+"""The variations report rendered, for any task (Table 3 is translation's, with its paper's claims): the
+main table (the task's paper beside ours), the statistics against base for every declared metric, the
+reading against the paper with each disagreement's evidence, fit and cost, as Markdown or JSON. The
+numbers come from analysis.py.
 """
 
 from __future__ import annotations
@@ -13,9 +14,7 @@ from typing import Any
 from ablate.config import ModelConfig
 from ablate.report import stats
 from ablate.report.analysis import (
-    METRICS,
     OPPOSITE,
-    PAPER_PPL_EFFECT,
     Analysis,
     Fit,
     RowResult,
@@ -24,7 +23,7 @@ from ablate.report.analysis import (
     row_fit,
     side_of_base,
 )
-from ablate.report.claims import claims_data, claims_markdown
+from ablate.report.claims import claims_data, claims_markdown, report_title
 from ablate.report.collect import Collection, Run
 from ablate.report.render import Table, clean_nan, fduration, fnum, fp, fsi, fsteps, render
 
@@ -104,7 +103,7 @@ def _test_cell(t: stats.TTest | None, n_row: int) -> str:
 
 
 def _has_test(an: Analysis) -> bool:
-    return any(rr.values["test_bleu"] for rr in an.rows)
+    return any(rr.values[an.test_key] for rr in an.rows)
 
 
 def _base_model(an: Analysis) -> dict[str, Any]:
@@ -117,42 +116,37 @@ def main_table(an: Analysis) -> Table:
     base = an.get("base")
     base_model = _base_model(an)
     has_test = _has_test(an)
-    cols = [
-        "row",
-        *[c for _, c in MODEL_COLUMNS],
-        "other",
-        "PPL dev",
-        "paper",
-        "Δ base",
-        "paper Δ",
-        "BLEU dev",
-        "paper",
-        "Δ base",
-        "paper Δ",
-        *(["BLEU test", "Δ base"] if has_test else []),
+    test = f"{an.headline.label} test"
+    cols = ["row", *[c for _, c in MODEL_COLUMNS], "other"]
+    for m in an.metrics:
+        cols += [f"{m.label} dev", "paper", "Δ base", "paper Δ"]
+    cols += [
+        *([test, "Δ base"] if has_test else []),
         "params ×10^6 (run)",
         "params ×10^6 (paper scale)",
         "paper",
         "seeds / status",
     ]
+    digits = an.paper.decimals if an.paper else {}
     body = []
     for rr in an.rows:
         p = rr.paper
         cells: list[Any] = [_label(rr)]
         cells += [_cell_model(rr, base_model, k) for k, _ in MODEL_COLUMNS]
         cells.append(_other(rr, base_model))
-        for m, nd in (("ppl", 2), ("bleu", 1)):
-            c = rr.cmp.get(m)
+        for m in an.metrics:
+            c, nd = rr.cmp.get(m.name), digits.get(m.name, 2)
+            figure = None if p is None else p.get(m.name)
             cells += [
-                _metric_cell(rr, m),
-                "" if p is None else f"{getattr(p, m):.{nd}f}",
+                _metric_cell(rr, m.name),
+                "" if figure is None else f"{figure:.{nd}f}",
                 "" if c is None else fnum(c.diff, 2, sign=True),
                 "" if c is None or c.paper_diff is None else fnum(c.paper_diff, nd, sign=True),
             ]
         if has_test:
-            diff = _mean_diff(rr, base, "test_bleu")
-            cells += [_metric_cell(rr, "test_bleu"), "" if diff is None else fnum(diff, 2, sign=True)]
-        paper_params = "" if p is None else (f"{p.params_m:g}" if p.params_printed else "")
+            diff = _mean_diff(rr, base, an.test_key)
+            cells += [_metric_cell(rr, an.test_key), "" if diff is None else fnum(diff, 2, sign=True)]
+        paper_params = "" if rr.paper_params is None else f"{rr.paper_params:g}"
         cells += [
             _params_cell(rr, "params"),
             _params_cell(rr, "params_paper_scale"),
@@ -160,7 +154,8 @@ def main_table(an: Analysis) -> Table:
             rr.status(),
         ]
         body.append(cells)
-    return Table(cols, body, align="l" + "r" * 9 + "l" + "r" * (11 + 2 * has_test) + "l")
+    n_num = 4 * len(an.metrics) + 3 + 2 * has_test
+    return Table(cols, body, align="l" + "r" * 9 + "l" + "r" * n_num + "l")
 
 
 def _varies(rr: RowResult, base_model: dict[str, Any]) -> str:
@@ -179,47 +174,43 @@ def _against_paper(rr: RowResult, a: dict[str, list[str]]) -> str:
     return "agrees, both intervals" if rr.row in a["supported"] else "agrees"
 
 
-SUMMARY_NOTE = (
-    "varies: the row's change from base at the paper's size. sign vs paper: for the rows whose paper "
-    f"dev-PPL Δ is at least {PAPER_PPL_EFFECT}, whether ours has the paper's sign, and whether both "
-    "intervals exclude zero. Means ± sd over finished seeds; the full table, the statistics and the curves "
-    "follow."
-)
+def summary_note(an: Analysis) -> str:
+    m = an.read_by
+    return (
+        "varies: the row's change from base at the paper's size. sign vs paper: for the rows whose paper "
+        f"dev-{m.label} Δ is at least {m.negligible}, whether ours has the paper's sign, and whether both "
+        "intervals exclude zero. Means ± sd over finished seeds; the full table, the statistics and the "
+        "curves follow."
+    )
 
 
 def summary_table(an: Analysis) -> Table:
-    """The table in a screen: what each row varies, its dev PPL and Δ beside the paper's Δ with the reading
-    the agreement line counts, dev and test BLEU. The README quotes it as written."""
+    """The table in a screen: what each row varies, its dev figure of the metric the paper is read by and
+    its Δ beside the paper's Δ with the reading the agreement line counts, the other dev figures and the
+    headline's test figure. The README quotes it as written."""
     base_model = _base_model(an)
     a = agreement(an)
-    cols = [
-        "row",
-        "varies",
-        "dev PPL",
-        "Δ base",
-        "paper Δ",
-        "sign vs paper",
-        "dev BLEU",
-        "test BLEU",
-        "seeds",
-    ]
+    by = an.read_by
+    others = [m for m in an.stats_order if m is not by]
+    cols = ["row", "varies", f"dev {by.label}", "Δ base", "paper Δ", "sign vs paper"]
+    cols += [f"dev {m.label}" for m in others] + [f"test {an.headline.label}", "seeds"]
     body = []
     for rr in an.rows:
-        c = rr.cmp.get("ppl")
+        c = rr.cmp.get(by.name)
         body.append(
             [
                 rr.row,
                 _varies(rr, base_model),
-                _metric_cell(rr, "ppl"),
+                _metric_cell(rr, by.name),
                 "" if c is None else fnum(c.diff, 2, sign=True),
                 "" if c is None or c.paper_diff is None else fnum(c.paper_diff, 2, sign=True),
                 _against_paper(rr, a),
-                _metric_cell(rr, "bleu"),
-                _metric_cell(rr, "test_bleu"),
+                *(_metric_cell(rr, m.name) for m in others),
+                _metric_cell(rr, an.test_key),
                 rr.status(),
             ]
         )
-    return Table(cols, body, align="llrrrlrrl")
+    return Table(cols, body, align="llrrrl" + "r" * (len(others) + 1) + "l")
 
 
 def _mean_diff(rr: RowResult, base: RowResult | None, m: str) -> float | None:
@@ -229,8 +220,8 @@ def _mean_diff(rr: RowResult, base: RowResult | None, m: str) -> float | None:
     return diff_to_base(rr.values[m], base.values[m])[0]
 
 
-def stats_table(an: Analysis, m: str) -> Table:
-    name = {"ppl": "PPL (dev)", "bleu": "BLEU (dev)"}[m]
+def stats_table(an: Analysis, metric) -> Table:
+    m, name = metric.name, f"{metric.label} (dev)"
     cols = [
         "row",
         "n (row/base)",
@@ -344,10 +335,12 @@ def disagreement_evidence(an: Analysis) -> list[str]:
     fb = row_fit(base) if base else None
     for row in agreement(an)["disagree"]:
         rr = an.get(row)
-        c, f = rr.cmp["ppl"], row_fit(rr)
+        by = an.read_by
+        c, f = rr.cmp[by.name], row_fit(rr)
         iv = c.interval
         head = (
-            f"- **{row}**: dev PPL {rr.summary('ppl')[0]:.2f} against base's {base.summary('ppl')[0]:.2f} "
+            f"- **{row}**: dev {by.label} {rr.summary(by.name)[0]:.2f} against base's "
+            f"{base.summary(by.name)[0]:.2f} "
             f"(Δ {c.diff:+.2f}"
             + (f", interval [{iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else "")
             + f"; paper Δ {c.paper_diff:+.2f}, {c.n_row}/{c.n_base} seeds)"
@@ -428,14 +421,17 @@ def _with_estimates(an: Analysis, table: Table) -> Table:
 
 def agreement_line(an: Analysis) -> str:
     """The table's one-line reading against the paper."""
-    a = agreement(an)
+    a, by = agreement(an), an.read_by
+    if an.paper is None:
+        return f"Against the paper: task {an.task.name} declares no paper's table (docs/tasks.md)."
     if not a["measured"]:
-        return "Against the paper: no row with a paper dev-PPL effect has been measured against base yet."
+        what = f"a paper dev-{by.label} effect"
+        return f"Against the paper: no row with {what} has been measured against base yet."
     n_meas = "" if a["measured"] == a["paper_effect"] else f" ({len(a['measured'])} of them measured)"
     supported = f" ({', '.join(a['supported'])})" if a["supported"] else ""
     return (
-        f"**Against the paper: {len(a['agree'])} of the {len(a['paper_effect'])} rows whose paper dev-PPL "
-        f"difference to base is at least {PAPER_PPL_EFFECT}{n_meas} agree with it in sign; "
+        f"**Against the paper: {len(a['agree'])} of the {len(a['paper_effect'])} rows whose paper "
+        f"dev-{by.label} difference to base is at least {by.negligible}{n_meas} agree with it in sign; "
         f"{len(a['supported'])} of those with both the seed-level t interval and the bootstrap interval "
         f"excluding zero{supported}.** Disagreeing: {', '.join(a['disagree']) or 'none'}."
     )
@@ -443,7 +439,7 @@ def agreement_line(an: Analysis) -> str:
 
 def direction_summary(an: Analysis) -> list[str]:
     out = []
-    for m, name in (("bleu", "BLEU"), ("ppl", "PPL")):
+    for m, name in ((m.name, m.label) for m in an.stats_order):
         cs = [(rr.row, rr.cmp[m]) for rr in an.rows if rr.row != "base" and rr.cmp.get(m)]
         dirs = [(row, c.direction()) for row, c in cs if c.direction() is not None]
         agree = [r for r, d in dirs if d == "agree"]
@@ -505,19 +501,24 @@ def _rel(path: Path, start: Path) -> str:
     return Path(os.path.relpath(path, start)).as_posix()
 
 
-TABLE_NOTE = (
-    "PPL and BLEU: mean ± sd over finished seeds. Blank model cells equal base, as in the paper. "
-    "Δ base = this row's mean minus our base's mean over the same seeds (all of base's seeds when the "
-    "row has seeds base lacks); paper Δ = the paper's row minus the paper's base "
-    "(PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
-    "vocabularies). A value is bold only when it beats base over at least two seeds per side with "
-    "both the seed-level t interval and the bootstrap interval excluding zero. "
-    "† = stale record (see below)."
-)
-TEST_NOTE = (
-    "BLEU test: the test set the records name (test_2016_flickr on Multi30k), decoded from each "
-    "run's final checkpoint(s), sacreBLEU as for dev; mean ± sd, Δ base as above, without intervals."
-)
+def table_note(an: Analysis) -> str:
+    labels = [m.label for m in an.metrics]
+    return (
+        f"{', '.join(labels[:-1])} and {labels[-1]}: mean ± sd over finished seeds. Blank model cells equal "
+        "base, as in the paper. Δ base = this row's mean minus our base's mean over the same seeds (all of "
+        "base's seeds when the row has seeds base lacks); paper Δ = the paper's row minus the paper's base "
+        "(PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
+        "vocabularies). A value is bold only when it beats base over at least two seeds per side with "
+        "both the seed-level t interval and the bootstrap interval excluding zero. "
+        "† = stale record (see below)."
+    )
+
+
+def test_note(an: Analysis) -> str:
+    return (
+        f"{an.headline.label} test: the test set the records name, decoded from each run's final "
+        "checkpoint(s) and scored as dev is; mean ± sd, Δ base as above, without intervals."
+    )
 
 
 def _head(an: Analysis) -> list[str]:
@@ -525,7 +526,7 @@ def _head(an: Analysis) -> list[str]:
     coll = an.coll
     n_rec = sum(len(by) for by in coll.runs.values())
     seeds = ", ".join(map(str, coll.seeds())) or "none"
-    lines = ["# Table 3: variations on the Transformer (En-De dev)", ""]
+    lines = [f"# {report_title(an)}", ""]
     lines.append(f"Records: {n_rec} run(s) read from `{coll.results_dir.as_posix()}`; seeds seen: {seeds}.")
     lines += [_scale_line(coll), agreement_line(an)]
     if coll.average is not None:
@@ -548,12 +549,13 @@ def _statistics(an: Analysis) -> list[str]:
         "Seed-level tests use each run's dev metric: paired t over the seeds both rows share (when every "
         "seed of the row also exists for base), otherwise Welch t. The bootstrap resamples seeds and then "
         f"dev sentences ({an.n_boot} replicates; the same sentence indices for base and row), recomputing "
-        "corpus BLEU from summed sufficient statistics and perplexity from summed NLL and tokens; it is "
-        "the interval used for bold cells and the flags. p Holm = Holm-Bonferroni over the rows compared "
-        "with base, per metric and test.",
+        "each metric from the summed per-sentence statistics of the drawn sentences, as its figure is made ("
+        + "; ".join(f"{m.label}: {m.accumulates}" for m in an.stats_order)
+        + "); it is the interval used for bold cells and the flags. p Holm = Holm-Bonferroni over the rows "
+        "compared with base, per metric and test.",
         "",
     ]
-    for m in ("bleu", "ppl"):
+    for m in an.stats_order:
         t = stats_table(an, m)
         lines.append(_md(t) if t.rows else f"### {t.title}\n\nNo row has finished runs beside base.\n")
     return lines
@@ -562,7 +564,8 @@ def _statistics(an: Analysis) -> list[str]:
 def _reading(an: Analysis) -> list[str]:
     """The reproduction gap: directions, flags, the curves' evidence per disagreement, fit and cost."""
     lines = ["## Reproduction gap", ""] + direction_summary(an) + [""]
-    flagged = [(rr.row, m, f) for rr in an.rows for m in METRICS if rr.cmp.get(m) for f in rr.cmp[m].flags]
+    names = [m.name for m in an.metrics]
+    flagged = [(rr.row, m, f) for rr in an.rows for m in names if rr.cmp.get(m) for f in rr.cmp[m].flags]
     lines += [f"- {row} {m.upper()}: {f}" for row, m, f in flagged] + ([""] if flagged else [])
     if evidence := disagreement_evidence(an):
         lines += ["### Rows against the paper: what their curves say", ""] + evidence + [""]
@@ -583,8 +586,8 @@ def table3_markdown(
     decisions: list[str] | None = None,
 ) -> str:
     lines = _head(an)
-    lines += ["## Summary", "", SUMMARY_NOTE, "", _md(summary_table(an))]
-    lines += ["## Table", "", TABLE_NOTE, ""] + ([TEST_NOTE, ""] if _has_test(an) else [])
+    lines += ["## Summary", "", summary_note(an), "", _md(summary_table(an))]
+    lines += ["## Table", "", table_note(an), ""] + ([test_note(an), ""] if _has_test(an) else [])
     lines += [_md(main_table(an))] + claims_markdown(an) + _decisions(decisions)
     lines += _statistics(an) + _reading(an) + _problems(an)
     if plots:
@@ -628,14 +631,14 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             "params": rr.mean_of("params"),
             "params_paper_scale": rr.mean_of("params_paper_scale"),
         }
-        for m in METRICS:
+        for m in (metric.name for metric in an.metrics):
             mean, sd, n = rr.summary(m)
             d[m] = {
                 "mean": mean,
                 "sd": sd,
                 "n": n,
                 "per_seed": {str(k): v for k, v in rr.values[m].items()},
-                "paper": getattr(rr.paper, m) if rr.paper else None,
+                "paper": rr.paper.get(m) if rr.paper else None,
             }
             c = rr.cmp.get(m)
             if c is not None:
@@ -649,12 +652,12 @@ def table3_json(an: Analysis) -> dict[str, Any]:
                     "bootstrap": asdict(c.boot) if c.boot else None,
                     "p_boot_holm": c.p_boot_holm,
                 }
-        mean, sd, n = rr.summary("test_bleu")
-        d["test_bleu"] = {
+        mean, sd, n = rr.summary(an.test_key)
+        d[an.test_key] = {
             "mean": mean,
             "sd": sd,
             "n": n,
-            "per_seed": {str(k): v for k, v in rr.values["test_bleu"].items()},
+            "per_seed": {str(k): v for k, v in rr.values[an.test_key].items()},
         }
         d["cost"] = {k: rr.mean_of(k) for k in ("wall_time_s", "flops_estimate")}
         d["cost"].update(

@@ -19,7 +19,7 @@ import importlib.metadata
 import json
 import sysconfig
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -59,6 +59,10 @@ class Metric:
     curve_key: str  # its key in a dev line of curves.jsonl
     sentence_stats: str | None = None  # its per-sentence statistics in dev_sentences.npz (the bootstrap)
     negligible: float = 0.1  # the largest difference to base that counts as none (the planner's delta)
+    # ---- the figure as a function of summed statistics (fairseq's reduce_metrics): sums[name] is the sum
+    # over the sentences of dev_sentences.npz's array `name`; with a leading axis of bootstrap replicates,
+    # one figure per replicate (so written for arrays: s["counts"][..., 0]). None: no bootstrap of it.
+    reduce: Callable[[Mapping[str, np.ndarray]], Any] | None = None
 
     def __init__(
         self,
@@ -70,17 +74,21 @@ class Metric:
         curve_key: str = "",
         sentence_stats: str | None = None,
         negligible: float = 0.1,
+        reduce: Callable[[Mapping[str, np.ndarray]], Any] | None = None,
         *,
         direction: str | None = None,
     ):
         values = dict(name=name, label=label, accumulates=accumulates, record_key=record_key,
-                      curve_key=curve_key, sentence_stats=sentence_stats, negligible=negligible)  # fmt: skip
+                      curve_key=curve_key, sentence_stats=sentence_stats, negligible=negligible,
+                      reduce=reduce)  # fmt: skip
         values["higher_is_better"] = _direction(name, higher_is_better, direction)
         for key in ("name", "label", "accumulates", "record_key", "curve_key"):
             if not isinstance(values[key], str) or not values[key]:
                 raise TaskError(f"metric {name!r}: {key}={values[key]!r} is not a non-empty string")
         if sentence_stats is not None and not (isinstance(sentence_stats, str) and sentence_stats):
             raise TaskError(f"metric {name!r}: sentence_stats={sentence_stats!r} is not a name or None")
+        if reduce is not None and not callable(reduce):
+            raise TaskError(f"metric {name!r}: reduce={reduce!r} is not a function of summed statistics")
         if isinstance(negligible, bool) or not isinstance(negligible, int | float) or negligible < 0:
             raise TaskError(f"metric {name!r}: negligible={negligible!r} is not a number at least 0")
         for key, value in values.items():
@@ -108,11 +116,17 @@ def _direction(name: str, higher_is_better: object, direction: object) -> bool:
     return higher_is_better if higher_is_better is not None else direction == "higher"
 
 
+def perplexity(sums: Mapping[str, np.ndarray]):
+    """exp of the summed NLL over the summed wordpieces."""
+    return np.exp(np.asarray(sums["nll"], float) / np.asarray(sums["tokens"], float))
+
+
 # Perplexity is every task's: the model's per-wordpiece NLL without label smoothing, token-weighted (the
 # shared training computes it; a task declares only what it adds).
 PPL = Metric(
     "ppl", "PPL", False, "exp of the summed NLL over the summed wordpieces", "dev_ppl", "dev_ppl", "nll",
     negligible=0.05,  # the paper's dev-PPL differences to base this large count as effects (15 rows)
+    reduce=perplexity,
 )  # fmt: skip
 
 
@@ -136,6 +150,10 @@ class Task:
     # ---- its own config: a dataclass of its keys (subclassing ablate.tasks.TaskConfig), set as
     # `task_cfg.<key>=` and read as `cfg.task_cfg.<key>`; None: it has none
     config: type[TaskConfig] | None = None
+    # ---- its paper beside its results (docs/tasks.md): paths, relative to the folder of the task's module
+    # or absolute; None: the report shows its own figures alone
+    paper_table: str | None = None  # a CSV of the paper's rows: row_id, <metric name>_dev, ... (ablate.paper)
+    paper_claims: str | None = None  # the paper's claims over those rows, declared in YAML (report/claims.py)
 
     def dev_scorer(self, cfg, prepared, dm) -> Callable[[list[str], list[str]], Scored] | None:
         """A function of the decoded dev outputs and their references giving the task's figures (None:
@@ -176,13 +194,26 @@ class Task:
             f"dev {m.label:<6} {metrics[m.record_key]:.2f}" for m in self.metrics if m.record_key in metrics
         ]
 
-    def paper_table(self) -> dict[str, dict[str, float | None]]:
-        """Its paper's figures by row (a row's run carries them beside its own: `paper_dev_ppl`, ...), in
-        the paper's order; {} where it has none."""
-        return {}
+    def paper_figures(self) -> dict[str, dict[str, float | None]]:
+        """Its paper's dev figures by row, from its `paper_table` (a row's run carries them beside its own:
+        `paper_dev_ppl`, ...), in the paper's order; {} where it has none."""
+        from ablate.paper import paper_table
+
+        path = self.paper_file("paper_table")
+        if path is None:
+            return {}
+        return {row: {f"paper_dev_{m}": v for m, v in figures.items()}
+                for row, figures in paper_table(path).figures.items()}  # fmt: skip
 
     def headline(self) -> Metric:
         return self.metrics[0] if self.metrics else PPL
+
+    def paper_file(self, which: str) -> Path | None:
+        """The file of `paper_table` or `paper_claims`, resolved against the task's module folder."""
+        given = getattr(self, which)
+        if not given:
+            return None
+        return Path(importlib.import_module(type(self).__module__).__file__).parent / given
 
 
 # ---- the data API's types, and the source it makes of a task (ablate.data prepares it)
@@ -287,7 +318,7 @@ def _api_source(task: Task):
 _LOADED: dict[str, Task] = {}
 # The hooks that run a researcher's code: an exception in one is a TaskError naming the hook and the line
 # of the researcher's file it came from (the dev scorer's function too: dev_scorer below).
-GUARDED = ("dev_scorer", "stepper", "split_metrics", "sources", "summary", "paper_table")
+GUARDED = ("dev_scorer", "stepper", "split_metrics", "sources", "summary", "paper_figures")
 
 
 def task_of(name: str) -> Task:

@@ -19,6 +19,37 @@ import sacrebleu
 
 from ablate.tasks import Metric, Scored
 
+
+def corpus_bleu(stats) -> np.ndarray | float:
+    """sacreBLEU's corpus BLEU (smooth 'exp', max order 4, no effective order) from summed statistics in
+    sacreBLEU's order [hyp_len, ref_len, correct_1..4, total_1..4]; stats (..., 10) -> (...) scores."""
+    s = np.asarray(stats, dtype=np.float64)
+    scalar = s.ndim == 1
+    s = np.atleast_2d(s)
+    sys_len, ref_len = s[:, 0], s[:, 1]
+    correct, total = s[:, 2:6], s[:, 6:10]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        bp = np.where(
+            sys_len < ref_len,
+            np.where(sys_len > 0, np.exp(1.0 - ref_len / np.maximum(sys_len, 1e-300)), 0.0),
+            1.0,
+        )
+        zero = correct == 0
+        # 'exp' smoothing: the k-th order with no match gets precision 100 / (2^k * total)
+        k = np.cumsum(zero & (total > 0), axis=1)
+        prec = np.where(zero, 100.0 / (2.0**k * total), 100.0 * correct / total)
+        prec = np.where(total > 0, prec, 0.0)  # an order with no n-grams stops the loop: precision 0
+        logp = np.where(prec > 0, np.log(np.where(prec > 0, prec, 1.0)), -9999999999.0)
+        score = bp * np.exp(logp.sum(axis=1) / 4.0)
+    score = np.where(correct.sum(axis=1) == 0, 0.0, score)
+    return float(score[0]) if scalar else score
+
+
+def bleu_of_sums(sums) -> np.ndarray | float:
+    """Corpus BLEU of the summed per-sentence statistics `bleu_stats` (the metric's reduce)."""
+    return corpus_bleu(sums["bleu_stats"])
+
+
 BLEU = Metric(
     "bleu",
     "BLEU",
@@ -27,6 +58,7 @@ BLEU = Metric(
     "dev_bleu",
     "dev_bleu",
     "bleu_stats",
+    reduce=bleu_of_sums,
 )
 
 

@@ -195,9 +195,9 @@ def _model_facts(cfg: RunConfig, module: Seq2SeqModule) -> dict:
 
 def _logger(cfg: RunConfig, out: Path):
     """The run's logger; its config is the run's, plus flat keys a W&B panel can filter and group on (the
-    Table 3 row and group, the preset) and its task's paper's figures for the row (Task.paper_table)."""
+    Table 3 row and group, the preset) and its task's paper's figures for the row (Task.paper_figures)."""
     tags = [cfg.model.group, f"seed{cfg.seed}"]
-    paper = task_of(cfg.task).paper_table()
+    paper = task_of(cfg.task).paper_figures()
     flat = {
         "table3_row": cfg.model.name,
         "table3_group": cfg.model.group,

@@ -14,6 +14,13 @@ import numpy as np
 
 from ablate.tasks import Metric, Scored, Task, TaskConfig, Vocabulary
 
+
+def cer_of_sums(sums) -> float:
+    """The CER of summed (edit distance, reference characters): the figure the bootstrap resamples."""
+    counts = sums["cer_counts"]
+    return 100.0 * counts[..., 0] / np.maximum(1, counts[..., 1])
+
+
 CER = Metric(
     name="cer",
     label="CER",
@@ -22,6 +29,7 @@ CER = Metric(
     record_key="dev_cer",
     curve_key="dev_cer",
     sentence_stats="cer_counts",
+    reduce=cer_of_sums,
 )
 
 
@@ -51,7 +59,7 @@ def cer_counts(hyps: list[str], refs: list[str]) -> np.ndarray:
 
 
 def cer(counts: np.ndarray) -> float:
-    return 100.0 * counts[:, 0].sum() / max(1, counts[:, 1].sum())
+    return float(cer_of_sums({"cer_counts": counts.sum(0)}))
 
 
 class DigitsTask(Task):
@@ -60,6 +68,8 @@ class DigitsTask(Task):
     config = DigitsConfig
     data_name = "digits"
     vocabulary = Vocabulary.characters()
+    paper_table = "paper_table.csv"  # its paper's figures beside its own (docs/tasks.md)
+    paper_claims = "paper_claims.yaml"
 
     def splits(self, cfg):
         c, rng = cfg.task_cfg, random.Random(cfg.task_cfg.seed)

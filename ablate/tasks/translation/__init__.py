@@ -15,18 +15,14 @@ class TranslationTask(Task):
     tables = {"table2": "ablate.tasks.translation.table2:table2"}  # and the variations table (Table 3)
     # only its runs run them (a parsing run imports wmt14.py with the registry of sources, calls none of it)
     own_code = ("ablate/tasks/translation/", "ablate/data/wmt14.py")
+    paper_table = "../../paper/paper_table3.csv"  # Table 3's figures beside the variations table
+    paper_claims = "../../paper/paper_claims3.yaml"  # its conclusions (section 6.2)
 
     def dev_scorer(self, cfg, prepared, dm):
         return bleu_scored
 
     def split_metrics(self, cfg, prepared, dm, split, hyps, refs):
         return split_bleu(hyps, refs, split, cfg.data.tgt_lang), {}
-
-    def paper_table(self):
-        """Table 3's dev figures by row, in the paper's order."""
-        from ablate.paper import table3
-
-        return {row: {"paper_dev_ppl": p.ppl, "paper_dev_bleu": p.bleu} for row, p in table3().items()}
 
     def summary(self, metrics):
         bleu, signature = metrics.get("dev_bleu", float("nan")), metrics.get("dev_bleu_signature", "")
