@@ -506,12 +506,12 @@ def _commands(folder: Path, tmp_path: Path) -> dict:
         "logger=none",
         "trainer.threads=1",
         "trainer.progress_bar=false",
-        "data.builtin_train=200",
-        "train.bleu_every=1",
+        "task_cfg.train_pairs=200",
+        "train.decode_every=1",
     ]  # fmt: skip  (every dev pass decodes: the first is at step 10)
     report = ["ablate.report", "metrics", "--task", f"{folder.name}:ReverseTask", "--results", str(tmp_path),
               "--out", "-"]  # fmt: skip
-    prepare = ["ablate.prepare", f"task={folder.name}:ReverseTask", "data=reverse", "data.builtin_train=200"]
+    prepare = ["ablate.prepare", f"task={folder.name}:ReverseTask", "data=reverse", "task_cfg.train_pairs=200"]
     return {"env": env, "run": run, "report": report, "prepare": prepare}
 
 

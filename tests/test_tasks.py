@@ -288,7 +288,7 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
               str(user / "conf" / "model"), "--out", "-"]  # fmt: skip
     table = _cmd(report, env).stdout
     assert "| row | seeds | exact match dev | 95% interval | Δ base |" in table
-    assert "| wide | 2 |" in table and "(paired t)" in table and "†" not in table
+    assert "| wide | 2 |" in table and "pooled over the rows" in table and "†" not in table
 
     # the commands the report prints, run as printed: each trains exactly the cells it names
     results = tmp_path / "r"

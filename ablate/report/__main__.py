@@ -356,7 +356,14 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
     from ablate.report.decide import decide, read_looks
     from ablate.tasks import PPL, task_of
 
-    an = analyse(coll, rows=rows, n_boot=args.n_boot, boot_seed=args.boot_seed, seeds_min=args.seeds_min)
+    an = analyse(
+        coll,
+        rows=rows,
+        n_boot=args.n_boot,
+        boot_seed=args.boot_seed,
+        seeds_min=args.seeds_min,
+        task=task_of(task),
+    )
     decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
     out = _out_path(args, "table3")
     plot_dir = None
