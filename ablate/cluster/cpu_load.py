@@ -86,11 +86,11 @@ def threads_asked(argv: list[str]) -> int:
 def wait_without_spinning(argv: list[str]) -> bool:
     """Where a run's threads and the threads running elsewhere on the machine are more than its cores, its
     OpenMP threads sleep while they wait instead of spinning (OMP_WAIT_POLICY=PASSIVE, in this process and
-    the workers it starts): the same threads split the same sums, so the figures are a free machine's, and a
-    waiting thread leaves its core to one with work. Beside one busy core, README command 1 ran in <X> s
-    instead of <Y> s (docs/reliability.md). OpenMP reads the policy once, when torch loads it: call this
-    before torch is imported. A policy already set is kept, and in a SLURM job the CPUs are the job's own.
-    Returns whether it set the policy."""
+    the workers it starts): the same threads split the same sums, so the figures are a free machine's, and
+    a waiting thread leaves its core to one with work (README command 1 beside busy cores:
+    docs/reliability.md).
+    OpenMP reads the policy once, when torch loads it: call this before torch is imported. A policy already
+    set is kept, and in a SLURM job the CPUs are the job's own. Returns whether it set the policy."""
     if WAIT_POLICY in os.environ or os.environ.get("SLURM_JOB_ID"):
         return False
     if oversubscription(threads_asked(argv), cores(), machine_load()) is None:
