@@ -11,7 +11,7 @@ from pathlib import Path
 import hydra
 from omegaconf import DictConfig
 
-from ablate.cluster.cpu_load import busy_cores_note
+from ablate.cluster.cpu_load import busy_cores_note, wait_without_spinning
 from ablate.config import DEFAULT_TASK, ConfigError, RunConfig, default_results, register_configs
 from ablate.errors import first_line, os_error_line, typed_line
 from ablate.jobs import plan
@@ -246,6 +246,7 @@ def entry(argv: list[str]) -> None:
     # Hydra composes each config once, and raises what keeps one from composing (its documented switch)
     # instead of printing it in several lines: said here in one.
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    wait_without_spinning(argv)  # before torch loads OpenMP, which reads its wait policy once
     try:
         main()
     except KeyboardInterrupt:  # Ctrl-C: one line, not the tracebacks of every layer it passed through

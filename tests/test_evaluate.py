@@ -139,6 +139,20 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert message in err and len(err.splitlines()) == 1, (argv, err)
     assert len(evaluations.read(run_dir, rec["run_id"])) == 3  # nothing written by a refusal
+    # Two evaluations under one protocol started at once, of the run and of the ensemble: both kept.
+    for extra in ([], ["--ensemble", str(second)]):
+        cmd = [sys.executable, "-m", "ablate.evaluate", str(run_dir), "--split", "dev", "--average", "2"]
+        procs = [
+            subprocess.Popen([*cmd, *extra, "--threads", "1"], cwd=ROOT, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]  # fmt: skip
+        outs = [p.communicate(timeout=300) for p in procs]
+        assert [p.returncode for p in procs] == [0, 0] and not any("Traceback" in e for _, e in outs), outs
+    dev = [e for e in evaluations.read(run_dir, rec["run_id"]) if e.protocol.split == "dev"]
+    assert sorted(len(e.protocol.members) for e in dev) == [0, 0, 1, 1] and len({e.path for e in dev}) == 4
+    for members in ((), (second.name,)):
+        assert len({e.metrics["dev_bleu"] for e in dev if e.protocol.members == members}) == 1
 
 
 def test_evaluate_decodes_with_the_runs_threads(tmp_path, monkeypatch):
@@ -183,3 +197,39 @@ def test_a_run_that_has_not_finished_is_refused_in_one_line(tmp_path, capsys, st
         "or name a checkpoint with --until-step S (its figures are printed, the record left as it is)"
     )
     assert not (tmp_path / "evaluations.json").exists()
+
+
+def _write_evaluations(run_dir, writer, n, start, members):
+    from ablate.records import evaluations
+
+    start.wait()
+    for i in range(n):
+        metrics = {"dev_bleu": float(writer * 1000 + i)}
+        evaluations.write(run_dir, "r", evaluations.Protocol("dev", 2, None, (15, 20), members), metrics, {})
+
+
+@pytest.mark.parametrize("members", [(), ("r-s2",)], ids=["one run", "an ensemble"])
+def test_evaluations_written_at_once_under_one_protocol_are_each_kept(tmp_path, members):
+    """Two writers started at once under one protocol (two `ablate.evaluate RUN --split dev --average 2`,
+    or two of one ensemble): each evaluation is kept whole under a name of its own, and neither fails."""
+    import multiprocessing
+
+    from ablate.records import evaluations
+
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(2)
+    writers = [
+        ctx.Process(target=_write_evaluations, args=(tmp_path, w, 100, start, members)) for w in [1, 2]
+    ]
+    for p in writers:
+        p.start()
+    for p in writers:
+        p.join(timeout=120)
+    assert [p.exitcode for p in writers] == [0, 0]
+    kept = evaluations.read(tmp_path, "r")
+    assert sorted(e.metrics["dev_bleu"] for e in kept) == sorted(
+        float(w * 1000 + i) for w in (1, 2) for i in range(100)
+    )  # every evaluation once: none lost, none linked under two names
+    tag = evaluations.Protocol("dev", 2, members=members).tag
+    assert {e.path.name for e in kept} == {f"{tag}.json", *(f"{tag}-{n}.json" for n in range(2, 201))}
+    assert [p.name for p in (tmp_path / evaluations.FOLDER).iterdir() if p.name.startswith(".")] == []

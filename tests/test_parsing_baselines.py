@@ -199,6 +199,8 @@ def test_the_pcfg_command_parses_all_of_section_23_and_table4_shows_it(ptb_sampl
     text = out.read_text()
     assert f"| {m['test_f1']:.2f} | [{m['test_f1_lo']:.2f}, {m['test_f1_hi']:.2f}] |" in text
     assert "baseline: right-branching trees, gold tags" in text
+    assert str(ptb_sample_dir.absolute()) not in text  # the treebank by its folder's name, no machine's path
+    assert f"task_cfg.treebank_dir=<...>/{ptb_sample_dir.name}" in text
     # the paired difference to the PCFG from the counts each baseline wrote beside its trees equals the one
     # read from the trees themselves, scored again against the gold trees (ablate.tasks.parsing.paired)
     from ablate.data.treebank.corpus import read_trees
@@ -211,6 +213,19 @@ def test_the_pcfg_command_parses_all_of_section_23_and_table4_shows_it(ptb_sampl
     diff, lo, hi, p = compare(gold, read_trees(pcfg_trees), read_trees(right_trees))
     row = next(line for line in text.splitlines() if "baseline: right-branching" in line)
     assert f"| {diff:+.2f} [{lo:+.2f}, {hi:+.2f}], p {p:.3f} |" in row and diff < -50
+
+
+def test_a_report_names_folders_without_the_machines_paths():
+    from pathlib import Path
+
+    from ablate.tasks.parsing.table4 import _without_machine_paths
+
+    results = Path("reports/t4/runs")
+    command = f"python -m ablate.baseline pcfg --treebank /data/x/ptb --results {results.absolute()}/a b=/c/d"
+    assert _without_machine_paths(command, results) == (
+        "python -m ablate.baseline pcfg --treebank <...>/ptb --results reports/t4/runs/a b=<...>/d"
+    )
+    assert _without_machine_paths("--treebank ../ptb --results r", results) == "--treebank ../ptb --results r"
 
 
 def test_make_parser_refuses_an_unknown_kind():

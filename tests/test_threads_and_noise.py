@@ -1,6 +1,6 @@
-"""A CPU run says when its threads and the machine's other running threads do not fit the cores; the
-libraries' own notices (Lightning's tips, its `srun` hint, W&B's deprecation notes) stay out of a run's
-output."""
+"""A CPU run says when its threads and the machine's other running threads do not fit the cores, and its
+waiting threads then sleep instead of spinning; the libraries' own notices (Lightning's tips, its `srun`
+hint, W&B's deprecation notes) stay out of a run's output."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from ablate.cluster import cpu_load
 from ablate.cluster.cpu_load import oversubscription, running_threads
 from ablate.records.tracking import THIRD_PARTY_NOISE
 
@@ -51,6 +52,63 @@ def test_running_threads_reads_procs_running_less_the_reader():
     assert running_threads(stat) == 4.0
     assert running_threads("cpu 1 2 3\n") == 0.0
     assert running_threads() >= 0.0
+
+
+def test_threads_asked_are_the_command_lines():
+    assert cpu_load.threads_asked(["trainer.threads=3"]) == 3
+    assert cpu_load.threads_asked(["model=A", "trainer.threads=1,4", "+trainer.devices=2"]) == 8
+    assert cpu_load.threads_asked(["trainer.threads=2", "trainer.threads=1"]) == 1  # Hydra's last wins
+    assert cpu_load.threads_asked(["seed=1"]) == cpu_load.cores()  # torch's default: a thread a core
+
+
+@pytest.mark.parametrize(
+    "argv, others, env, applied",
+    [
+        ([], 1.0, {}, True),  # 2 threads on 2 cores beside a busy loop: the README's command 1
+        (["trainer.threads=1"], 1.0, {}, False),  # fits the free core
+        ([], 0.0, {}, False),  # a free machine: threads spin as OpenMP's default has them
+        (["trainer.threads=3"], 0.0, {}, True),  # more threads than cores
+        ([], 1.0, {"OMP_WAIT_POLICY": "ACTIVE"}, False),  # the user's policy is kept
+        ([], 1.0, {"SLURM_JOB_ID": "7"}, False),  # a SLURM job's CPUs are its own
+    ],
+)
+def test_waiting_threads_sleep_where_the_load_leaves_too_few_cores(monkeypatch, argv, others, env, applied):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(cpu_load, "cores", lambda: 2)
+    monkeypatch.setattr(cpu_load, "machine_load", lambda: others)
+    assert cpu_load.wait_without_spinning(argv) is applied
+    assert os.environ.get("OMP_WAIT_POLICY") == ("PASSIVE" if applied else env.get("OMP_WAIT_POLICY"))
+    note = cpu_load.busy_cores_note(cpu_load.threads_asked(argv))
+    if applied:  # the one line says what the run does
+        assert note.endswith(
+            "(waiting threads sleep instead of spinning: OMP_WAIT_POLICY=PASSIVE, the same sums)"
+        )
+    elif note is not None:
+        assert note.endswith("(OMP_WAIT_POLICY=PASSIVE keeps waiting threads from spinning)")
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")
+def test_a_run_on_too_few_cores_loads_openmp_with_waiting_threads_asleep(tmp_path):
+    """2 threads on one core: OpenMP, as it reports its settings when it loads (OMP_DISPLAY_ENV), waits
+    passively in the process that trains, and the run's note says so."""
+    one = min(os.sched_getaffinity(0))
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "SLURM_JOB_ID")}
+    cmd = [
+        sys.executable, "-m", "ablate.run", "recipe=tiny", "scale=tiny", "trainer=cpu", "trainer.threads=2",
+        "train.max_steps=2", "trainer.progress_bar=false", "logger=none", f"results_dir={tmp_path}/results",
+        f"data.cache_dir={tmp_path}/cache",
+    ]  # fmt: skip
+    p = subprocess.run(
+        cmd, cwd=ROOT, env={**env, "OMP_DISPLAY_ENV": "true"}, capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: os.sched_setaffinity(0, {one}),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "OMP_WAIT_POLICY = 'PASSIVE'" in p.stderr and "OMP_WAIT_POLICY = 'ACTIVE'" not in p.stderr
+    assert "[ablate] note: 2 thread(s) on 1 core(s) while about" in p.stdout
+    assert "(waiting threads sleep instead of spinning: OMP_WAIT_POLICY=PASSIVE, the same sums)" in p.stdout
 
 
 def test_a_run_prints_none_of_the_libraries_notices(tmp_path):

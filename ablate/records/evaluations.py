@@ -19,6 +19,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -83,8 +84,9 @@ class Evaluation:
 def write(
     run_dir: Path, run_id: str, protocol: Protocol, metrics: dict, files: dict, by_run: bool = False
 ) -> Path:
-    """Keep one evaluation as a file of its own, under the next free name for its protocol: written to a
-    temporary file, then linked to a name no other file has (two evaluations never take one name)."""
+    """Keep one evaluation as a file of its own, under the next free name for its protocol: written whole
+    to a temporary file only this writer names, then linked to a name no other file has (os.link never
+    replaces a file: two evaluations never take one name, even written at once)."""
     from ablate.records.folder import atomic_write_json, now
 
     folder = Path(run_dir) / FOLDER
@@ -99,9 +101,11 @@ def write(
         "by": "ablate.run" if by_run else "ablate.evaluate",
         "argv": sys.argv[1:],
     }
-    tmp = folder / f".{protocol.tag}.json.new"
-    atomic_write_json(tmp, fact)
+    fd, name = tempfile.mkstemp(dir=folder, prefix=f".{protocol.tag}.json.", suffix=".new")
+    os.close(fd)
+    tmp = Path(name)
     try:
+        atomic_write_json(tmp, fact)
         for n in range(1, 10_000):
             path = folder / (f"{protocol.tag}.json" if n == 1 else f"{protocol.tag}-{n}.json")
             try:

@@ -1,7 +1,7 @@
 """Table 4 (English constituency parsing): the paper's parsers with their WSJ section 23 F1, then our
 parsing runs and the baselines on the same trees (`python -m ablate.baseline`), each F1 on the test split
-of the treebank they read, named as it is, with its 95% interval (the bootstrap over sentences for one run,
-Student's t over the seeds for several), its paired differences to the PCFG, and beside what
+of the treebank they read, named by its folder, with its 95% interval (the bootstrap over sentences for
+one run, Student's t over the seeds for several), its paired differences to the PCFG, and beside what
 says whether it is a parser's: the outputs the reader had to repair, the F1 of one flat tree per sentence
 over the same gold trees (the floor), and the time it trained. The paper's test set and ours differ: no
 difference between them is computed."""
@@ -49,7 +49,8 @@ def table4(coll: Collection) -> tuple[Table, list[str]]:
         notes += [f"ours: {name} ({_split(key, f.protocol)}): {_what_ran(f.run)}" for f in figures]
     for r in sorted(coll.baselines, key=lambda r: -float(r.metrics.get("test_f1") or 0)):
         body.append(_baseline_row(r, _pcfg_counts(pcfgs.get(_treebank(r)))))
-        notes.append(f"baseline: {r.row}: {r.rec['run_id']} (command: {r.rec.get('command', '?')})")
+        command = _without_machine_paths(str(r.rec.get("command", "?")), coll.results_dir)
+        notes.append(f"baseline: {r.row}: {r.rec['run_id']} (command: {command})")
     if not groups and not coll.baselines:
         notes.append("No parsing record (task=parsing) has metrics.f1 yet.")
     elif any(key == "f1" for _, _, key, _ in groups):
@@ -122,7 +123,7 @@ def _name(recipe: tuple[str, str, str], groups: dict) -> str:
     experiment = sweep.split()[0]
     if sum(r[1].split()[:1] == [experiment] for r in recipes) == 1:
         return experiment
-    return sweep if sum(r[1] == sweep for r in recipes) == 1 else f"{sweep} on {treebank}"
+    return sweep if sum(r[1] == sweep for r in recipes) == 1 else f"{sweep} on {_folder(treebank)}"
 
 
 def _figures(r: Run, average: int | None) -> list[Figures]:
@@ -302,12 +303,18 @@ def _minutes(seconds: list[Any]) -> str:
 
 
 def _test_sets(coll: Collection) -> list[str]:
-    """Each treebank our rows were tested on, named as it is: its folder (data.treebank_dir) and the
-    sentences of its test split, beside the paper's WSJ section 23 (a record's config as read: migrated)."""
+    """Each treebank our rows were tested on: its folder (task_cfg.treebank_dir, as `_folder` names it) and
+    the sentences of its test split, beside the paper's WSJ section 23 (a record's config as read:
+    migrated)."""
     seen: dict[str, set[int]] = {}
     for r in [*coll.every, *coll.baselines]:
         data, task = r.cfg("data") or {}, r.cfg("task_cfg") or {}
-        where = str(task.get("treebank_dir") or f"data.name={data.get('name', '?')}")
+        treebank = task.get("treebank_dir")
+        where = (
+            f"task_cfg.treebank_dir={_folder(str(treebank))}"
+            if treebank
+            else f"data.name={data.get('name', '?')}"
+        )
         n = r.metrics.get("test_n") or next(
             (e.metrics.get("test_n") for e in r.evaluations if e.metrics.get("test_n")), None
         )
@@ -319,6 +326,24 @@ def _test_sets(coll: Collection) -> list[str]:
         "difference to the paper is computed"
         for where, ns in sorted(seen.items())
     ]
+
+
+def _folder(path: str, results: Path | None = None) -> str:
+    """A folder as a report names it, never by the absolute path of the machine that made it: inside the
+    results folder, from there as the report was given it; elsewhere, its last part (`<...>/ptb_sample`);
+    a relative path as given."""
+    if not path.startswith("/"):
+        return path
+    if results is not None and Path(path).is_relative_to(results.absolute()):
+        return (results / Path(path).relative_to(results.absolute())).as_posix()
+    return f"<...>/{Path(path).name}"
+
+
+def _without_machine_paths(command: str, results: Path) -> str:
+    """A recorded command with each absolute path in it (`--treebank /x/ptb_sample`, `key=/x/y`) named by
+    `_folder`."""
+    words = [w.partition("=") if "=" in w else ("", "", w) for w in command.split(" ")]
+    return " ".join(f"{k}{eq}{_folder(v, results)}" for k, eq, v in words)
 
 
 def _test_decodes(coll: Collection) -> list[str]:
