@@ -51,8 +51,9 @@ def test_a_budget_ends_a_sweep_and_its_workers_and_counts_the_rows_that_finished
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     k1 = json.loads((tmp_path / "gpu_check.json").read_text())["k"]["k=1"]
-    assert k1["exit"] == 124 and k1["wall_s"] < 20  # eight tiny rows one after another take over 30 s
-    assert k1["rows_finished"] == len(k1["row_train_wall_s"]) < 8
+    # the budget's timeout ended it (124) before the eight tiny rows were done; no wall-clock bound, so that
+    # a busy machine cannot fail it
+    assert k1["exit"] == 124 and k1["rows_finished"] == len(k1["row_train_wall_s"]) < 8
     assert k1["rows_per_min"] == k1["rows_finished"] / (k1["wall_s"] / 60)
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout
     assert not left, f"a worker outlived the budget: {left}"
