@@ -16,7 +16,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ablate.config import ConfigError, RunConfig, effective_model, preset_name, total_steps, validate, varied
+from ablate.config import (
+    ConfigError,
+    RunConfig,
+    build_model,
+    effective_model,
+    preset_name,
+    total_steps,
+    validate,
+    varied,
+)
+from ablate.config.arch import DEFAULT_ARCH, own_values
 from ablate.errors import first_line
 from ablate.jobs.estimate import Estimate, Timing
 from ablate.records import folder, identity, store
@@ -57,7 +67,10 @@ def _row_file(cfg: RunConfig) -> str:
 
 def model_text(cfg: RunConfig) -> str:
     """The model a run would build: layers, widths, heads, dropout, steps (the vocabulary comes with the
-    data)."""
+    data). A researcher's model: its name and its own keys as it builds them."""
+    if cfg.model.arch != DEFAULT_ARCH:
+        own = ", ".join(f"{k} {v}" for k, v in own_values(cfg).items())
+        return f"{cfg.model.arch}: {own}, {total_steps(cfg):,} steps"
     m = effective_model(cfg, 0)
     dec = m.n_dec_layers if m.n_dec_layers not in (None, m.n_layers) else None
     layers = f"N {m.n_layers}" + (f" (decoder {dec})" if dec is not None else "")
@@ -169,11 +182,11 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     import torch
 
     from ablate.jobs.estimate import MEASURE_STEPS, estimate
-    from ablate.nn.model import Transformer, count_parameters
+    from ablate.nn.model import count_parameters
     from ablate.records.store import machine
 
     with torch.device("meta"):
-        params = count_parameters(Transformer(effective_model(cfg, cfg.data.vocab_size)))
+        params = count_parameters(build_model(cfg, cfg.data.vocab_size))
     cpu = cfg.trainer.accelerator == "cpu" or not torch.cuda.is_available()
     threads = cfg.trainer.threads or torch.get_num_threads()
     device = f"cpu ({threads} threads)" if cpu else torch.cuda.get_device_name(0)
