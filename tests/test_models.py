@@ -4,7 +4,9 @@ are checked and scaled as it declares them, its search state agrees with its tea
 criterion's auxiliary term is what it says, and what cannot load or lacks what a command needs is refused
 in one line (exit 2)."""
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -18,7 +20,7 @@ from ablate.config import ConfigError, ModelConfig, RunConfig, ScaleConfig, buil
 from ablate.config.arch import arch_of, model_config, own_values
 from ablate.nn.decode import CachedStepper, beam_search
 from ablate.nn.loss import LabelSmoothedCrossEntropy, label_smoothed_loss
-from ablate.nn.model import Transformer
+from ablate.nn.model import Transformer, count_parameters
 from ablate.records import identity
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -180,7 +182,7 @@ def test_the_transformers_criterion_projects_through_its_output_matrix():
 
 def _run(args, env, ok=(0,)):
     p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)  # fmt: skip
+                       timeout=600, start_new_session=True)  # fmt: skip: Ctrl-C of the run, not of pytest
     assert p.returncode in ok, (args, p.returncode, p.stderr[-3000:])
     return p
 
@@ -197,3 +199,50 @@ def test_the_command_line_refuses_a_model_that_cannot_load_and_a_row_key_in_one_
     last = p.stderr.strip().splitlines()[-1]
     assert "model.args.layers=1 gives 1, the same as its base's" in last and "Traceback" not in p.stderr
     assert not list(tmp_path.rglob("record.json"))
+
+
+def _curves(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "curves.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k != "time_s"} for r in rows]
+
+
+@pytest.mark.slow
+def test_a_researchers_own_model_goes_through_every_command(tmp_path):
+    """docs/models.md's walk-through: the GRU row trained, stopped by Ctrl-C and resumed to the figures of
+    an uninterrupted run; a sweep of its rows beside the package's Transformer base, --plan first;
+    ablate.evaluate --average 2 of its checkpoints; the metrics table with both architectures."""
+    user = tmp_path / "user_model"
+    shutil.copytree(USER_MODEL, user, ignore=shutil.ignore_patterns("__pycache__"))
+    env = dict(os.environ, PYTHONPATH=str(user), ABLATE_RESULTS=str(tmp_path / "r"))
+    env["ABLATE_CACHE"] = str(tmp_path / "c")
+    common = [f"hydra.searchpath=[file://{user}/conf]", "experiment=gru", "logger=none",
+              "trainer.threads=1", "trainer.progress_bar=false", "data.builtin_train=600"]  # fmt: skip
+    _run(["ablate.run", *common, "model=gru", "results_dir=" + str(tmp_path / "whole")], env)
+    (whole,) = (tmp_path / "whole" / "gru").glob("gru-*-s1")
+    _run(["ablate.run", *common, "model=gru"], dict(env, ABLATE_FAULT_SIGINT_AT_STEP="10"), ok=(130,))
+    (run,) = (tmp_path / "r" / "gru").glob("gru-*-s1")
+    assert json.loads((run / "record.json").read_text())["status"] == "interrupted"
+    _run(["ablate.run", *common, "model=gru"], env)  # the same command resumes from step 10
+    rec, ref = (json.loads((d / "record.json").read_text()) for d in (run, whole))
+    assert rec["status"] == "finished" and rec["steps"] == 20 and rec["metrics"] == ref["metrics"]
+    assert _curves(run) == _curves(whole) and "train_zloss" in _curves(run)[0]  # its criterion's term
+    assert rec["model_effective"] == {"vocab_size": 300, "pad_id": 0, "d_model": 16, "layers": 2,
+                                      "dropout": 0.1, "attention": True}  # fmt: skip
+    assert rec["params"] == count_parameters(build_model(gru_cfg({"d_model": 16}), 300))
+
+    sweep = ["ablate.run", "-m", *common, "model=base,gru,gru_noattn", "seed=1,2"]
+    plan = _run([*sweep, "--plan"], env).stdout
+    assert "plan of 6 runs: 1 finished, 5 to train" in plan and "attention False, 20 steps" in plan
+    _run(sweep, env)
+    out = _run(["ablate.evaluate", str(run), "--average", "2", "--split", "test", "--threads", "1"], env)
+    assert "test_averaged_checkpoints    2" in out.stdout
+    report = ["ablate.report", "metrics", "--conf", str(user / "conf" / "model"), "--out", "-"]
+    table = _run(report, env).stdout
+    assert "| row | seeds | model | params | BLEU dev |" in table
+    assert f"| base | 2 | transformer | {_params(tmp_path, 'base')} |" in table
+    assert f"| gru_noattn | 2 | gru_model:GRUSeq2Seq | {_params(tmp_path, 'gru_noattn')} |" in table
+
+
+def _params(tmp_path: Path, row: str) -> str:
+    (rec,) = {p.read_text() for p in (tmp_path / "r" / row).glob("*/record.json") if "-s1" in str(p)}
+    return f"{json.loads(rec)['params']:,}"

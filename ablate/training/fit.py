@@ -204,6 +204,7 @@ def _logger(cfg: RunConfig, out: Path):
         "table3_row": cfg.model.name,
         "table3_group": cfg.model.group,
         "preset": preset_name(cfg),
+        "model_arch": cfg.model.arch,  # a panel groups by architecture; its keys are model.args
         "paper_dev_ppl": paper.ppl if paper else None,
         "paper_dev_bleu": paper.bleu if paper else None,
     }
