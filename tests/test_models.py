@@ -181,8 +181,9 @@ def test_the_transformers_criterion_projects_through_its_output_matrix():
 
 
 def _run(args, env, ok=(0,)):
+    # a session of its own: the run's Ctrl-C (ABLATE_FAULT_SIGINT_AT_STEP) does not reach pytest
     p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600, start_new_session=True)  # fmt: skip: Ctrl-C of the run, not of pytest
+                       timeout=600, start_new_session=True)  # fmt: skip
     assert p.returncode in ok, (args, p.returncode, p.stderr[-3000:])
     return p
 
