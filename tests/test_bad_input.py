@@ -511,7 +511,8 @@ def _commands(folder: Path, tmp_path: Path) -> dict:
     ]  # fmt: skip  (every dev pass decodes: the first is at step 10)
     report = ["ablate.report", "metrics", "--task", f"{folder.name}:ReverseTask", "--results", str(tmp_path),
               "--out", "-"]  # fmt: skip
-    prepare = ["ablate.prepare", f"task={folder.name}:ReverseTask", "data=reverse", "task_cfg.train_pairs=200"]
+    prepare = ["ablate.prepare", f"task={folder.name}:ReverseTask", "data=reverse",
+               "task_cfg.train_pairs=200"]  # fmt: skip
     return {"env": env, "run": run, "report": report, "prepare": prepare}
 
 

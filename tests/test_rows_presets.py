@@ -218,3 +218,55 @@ def test_hardware_comes_from_trainer_alone():
             if c is not None:
                 assert c.trainer.accelerator == "cpu", preset
         assert _compose().trainer.accelerator == "auto"
+
+
+USER_MODEL = ROOT / "tests" / "user_model"
+USER_ROWS = sorted(p.stem for p in (USER_MODEL / "conf" / "model").glob("*.yaml"))
+USER_SCALES = SCALES + sorted(p.stem for p in (USER_MODEL / "conf" / "scale").glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def user_rows():
+    """The researcher's rows (tests/user_model) composed from their search path, and its row file's keys."""
+    import sys
+
+    import yaml
+
+    sys.path.insert(0, str(USER_MODEL))  # its model loads as `gru_model`
+    search = f"hydra.searchpath=[file://{USER_MODEL}/conf]"
+    with initialize_config_dir(str(CONF), version_base="1.3"):
+        rows = {r: _compose(search, f"model={r}").model for r in USER_ROWS}
+        presets = {
+            (r, s): _compose(search, f"recipe={r}", f"scale={s}") for r in RECIPES for s in USER_SCALES
+        }
+    files = {r: yaml.safe_load((USER_MODEL / "conf" / "model" / f"{r}.yaml").read_text()) for r in USER_ROWS}
+    return rows, presets, files
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_a_researchers_rows_keep_their_meaning_or_are_refused_naming_the_key(user_rows, recipe):
+    """Each row of the researcher's model under each recipe and scale either builds its base's model
+    changed in exactly the keys its file's `args` changes (sizes by the scale's ratio, the rest as given),
+    or is refused in one line naming the row, the preset and the key."""
+    from ablate.config.arch import arch_of, own_values
+
+    rows, presets, files = user_rows
+    base = rows["gru"]
+    arch = arch_of(base.arch)
+    for scale in USER_SCALES:
+        cfg = presets[(recipe, scale)]
+        theirs = own_values(replace(cfg, model=base))
+        for row, model in rows.items():
+            c = replace(cfg, model=model)
+            args = (files[row] or {}).get("args") or {}
+            try:
+                validate(c)
+            except ConfigError as e:
+                assert f"row {row} under recipe={recipe} scale={scale}: model.args." in str(e)
+                assert "\n" not in str(e) and any(f"model.args.{k}=" in str(e) for k in args)
+                continue
+            mine = own_values(c)
+            assert {k for k in mine if mine[k] != theirs[k]} == set(args), (row, recipe, scale)
+            for k, v in args.items():
+                ratio = c.scale.width if k in arch.widths else c.scale.depth if k in arch.depths else None
+                assert mine[k] == (v if ratio is None else max(1, round(v * ratio))), (row, k)

@@ -17,6 +17,7 @@ The package's modules: `schema` (the dataclasses), `scaling` (a row under a reci
 `validate` (the checks), `rows` (row files and their order). Its names are imported from here.
 """
 
+from ablate.config.arch import build_model, model_config, varied
 from ablate.config.scaling import (
     accumulation,
     check_row_meaning,
@@ -26,7 +27,6 @@ from ablate.config.scaling import (
     row_arch,
     step_tokens,
     total_steps,
-    varied,
 )
 from ablate.config.schema import (
     DEFAULT_TASK,
@@ -57,7 +57,7 @@ __all__ = [
     "DEFAULT_TASK", "MIN_VOCAB", "PAPER_BASE", "ArchConfig", "ConfigError", "DataConfig",
     "DecodeConfig", "LoggerConfig", "ModelConfig", "RENAMED", "RunConfig", "ScaleConfig", "TaskConfig",
     "TrainConfig", "TrainerConfig", "migrate", "typed_task_cfg",
-    "accumulation", "check_row_meaning", "default_results", "effective_model", "flat_fields", "paper_model",
-    "preset_name", "register_configs", "row_arch", "step_tokens", "to_dataclass", "total_steps", "validate",
-    "varied",
+    "accumulation", "build_model", "check_row_meaning", "default_results", "effective_model", "flat_fields",
+    "model_config", "paper_model", "preset_name", "register_configs", "row_arch", "step_tokens",
+    "to_dataclass", "total_steps", "validate", "varied",
 ]  # fmt: skip

@@ -24,20 +24,22 @@ def _scaled(x: int | float, factor: float) -> int:
 # eps_ls, positions). h: a row that changes h with d_k (A) takes its own h and splits d_model as the paper's
 # row does (h * d_k = d_model); one that keeps d_k (big) has the ratio of heads, each of base's size.
 _RATIO_KEYS = ("n_layers", "d_model", "d_ff", "d_k", "d_v", "train_steps")
-_LABEL_KEYS = ("name", "group", "explicit")
 
 
-def varied(row: ModelConfig) -> list[str]:
-    """The architecture keys a row changes from the paper's base (those given explicitly count too)."""
+def arch_varied(row: ModelConfig) -> list[str]:
+    """The Transformer's keys (ArchConfig's) a row changes from the paper's base, explicit ones too."""
     keys = [f.name for f in fields(ArchConfig) if getattr(row, f.name) != getattr(PAPER_BASE, f.name)]
-    return keys + [k for k in row.explicit if k not in keys and k not in _LABEL_KEYS]
+    return keys + [k for k in row.explicit if k not in keys and k in _ARCH_KEYS]
+
+
+_ARCH_KEYS = {f.name for f in fields(ArchConfig)}  # the Transformer's (the rest of a row: config/arch.py)
 
 
 def row_arch(cfg: RunConfig) -> ArchConfig:
     """The row carried over to the recipe's base, at the recipe's size (before the scale's ratios). Under
     the paper's base this is the row itself."""
     row, base = cfg.model, cfg.base
-    changed = varied(row)
+    changed = arch_varied(row)
     relative = [k for k in changed if k not in row.explicit]  # the command line's keys are taken as given
     out = {f.name: getattr(base, f.name) for f in fields(ArchConfig)}
     for key in changed:
@@ -91,12 +93,12 @@ def preset_name(cfg: RunConfig) -> str:
 def check_row_meaning(cfg: RunConfig) -> None:
     """Refuse a row that the recipe and scale would train as base in a key the row varies (a head count
     equal to the recipe's, a depth ratio lost to rounding): its cell in Table 3 would show seed noise."""
-    if not varied(cfg.model):
+    if not arch_varied(cfg.model):
         return
     base_cfg = replace(cfg, model=ModelConfig())
     mine, theirs = effective_model(cfg, 8), effective_model(base_cfg, 8)
     mine_arch, their_arch = row_arch(cfg), row_arch(base_cfg)
-    for key in varied(cfg.model):
+    for key in arch_varied(cfg.model):
         if key in cfg.model.explicit:
             continue  # what the command line sets wins
         field_name = {"decoder_layers": "n_dec_layers"}.get(key, key)

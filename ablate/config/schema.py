@@ -58,6 +58,11 @@ class ModelConfig(ArchConfig):
 
     name: str = "base"  # row id: base, A1..A4, B1, B2, C1..C7, D1..D4, E, big, or a user's own
     group: str = "base"  # Table 3 group: base, A, B, C, D, E, big, or a user's label
+    # the model (config/arch.py): the package's Transformer, whose keys are the ones above, or a
+    # researcher's module:Class, whose own keys are `args` (each a change from its config's defaults)
+    arch: str = "transformer"
+    args: dict[str, Any] = field(default_factory=dict)
+    criterion: str = "label_smoothed"  # the training loss: the paper's (5.4), or a module:Class
     # keys given on the command line (model.KEY=...): taken as they are under any recipe, not as a change
     # from the paper's base; ablate.run fills it in
     explicit: list[str] = field(default_factory=list)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ablate.config.arch import check_arch
 from ablate.config.scaling import check_row_meaning, preset_name, row_arch, step_tokens
 from ablate.config.schema import MIN_VOCAB, ArchConfig, ConfigError, RunConfig
 
@@ -34,6 +35,7 @@ def validate(cfg: RunConfig) -> None:
     for key, allowed in _CHOICES.items():
         if _get(cfg, key) not in allowed:
             raise ConfigError(f"{key}={_get(cfg, key)!r} is not one of {', '.join(allowed)}")
+    check_arch(cfg)  # the row's model and criterion load, and its own keys are its model's
     _validate_arch(cfg.model, "model")
     _validate_arch(cfg.base, "base")
     a = row_arch(cfg)

@@ -19,7 +19,17 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from ablate.config import ConfigError, RunConfig, effective_model, preset_name, total_steps, validate, varied
+from ablate.config import (
+    ConfigError,
+    RunConfig,
+    build_model,
+    effective_model,
+    preset_name,
+    total_steps,
+    validate,
+    varied,
+)
+from ablate.config.arch import DEFAULT_ARCH, own_values
 from ablate.errors import first_line
 from ablate.jobs.estimate import MEASURE_STEPS, Estimate, Timing
 from ablate.records import folder, identity, store
@@ -60,7 +70,10 @@ def _row_file(cfg: RunConfig) -> str:
 
 def model_text(cfg: RunConfig) -> str:
     """The model a run would build: layers, widths, heads, dropout, steps (the vocabulary comes with the
-    data)."""
+    data). A researcher's model: its name and its own keys as it builds them."""
+    if cfg.model.arch != DEFAULT_ARCH:
+        own = ", ".join(f"{k} {v}" for k, v in own_values(cfg).items())
+        return f"{cfg.model.arch}: {own}, {total_steps(cfg):,} steps"
     m = effective_model(cfg, 0)
     dec = m.n_dec_layers if m.n_dec_layers not in (None, m.n_layers) else None
     layers = f"N {m.n_layers}" + (f" (decoder {dec})" if dec is not None else "")
@@ -173,7 +186,7 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
         budget = cfg.train.budget_minutes
         return Estimate(budget * 60, "budget", f"train.budget_minutes={budget:g}, plus setup and evaluations")
     timings = _timings(cfg.results_dir, calibration_dir(cfg.results_dir))  # first: their models' sizes
-    params = _params(effective_model(cfg, cfg.data.vocab_size))
+    params = _params_of(cfg)
     preset = store.preset_key(cfg.recipe, cfg.scale.name)
     steps = total_steps(cfg) - done_steps
     unknown = "the calibration below gives one"
@@ -201,6 +214,22 @@ def this_machine(cfg: RunConfig) -> str:
 
 
 _PARAMS: dict[str, int] = {}  # by the model's fields (`model_effective`), from records and counted
+
+
+def _params_of(cfg: RunConfig) -> int:
+    """The parameters of a run's model: the Transformer's through `_params`, another model's counted as
+    it is built (model.arch), on the meta device."""
+    if cfg.model.arch == DEFAULT_ARCH:
+        return _params(effective_model(cfg, cfg.data.vocab_size))
+    key = _model_key({"arch": cfg.model.arch, **own_values(cfg), "vocab": cfg.data.vocab_size})
+    if key not in _PARAMS:
+        import torch
+
+        from ablate.nn.model import count_parameters
+
+        with torch.device("meta"):
+            _PARAMS[key] = count_parameters(build_model(cfg, cfg.data.vocab_size))
+    return _PARAMS[key]
 
 
 def _params(model) -> int:
@@ -233,7 +262,7 @@ def calibration(cfg: RunConfig, overrides: list[str]) -> dict:
         f"python -m ablate.run {_overrides_text(overrides)} train.max_steps={MEASURE_STEPS} "
         f"train.budget_minutes=null train.average_last=0 results_dir={into}"
     )
-    size = _params(effective_model(cfg, cfg.data.vocab_size)) * total_steps(cfg)
+    size = _params_of(cfg) * total_steps(cfg)
     preset = store.preset_key(cfg.recipe, cfg.scale.name)
     folders = [cfg.results_dir, calibration_dir(cfg.results_dir)]
     return {"preset": preset, "folders": folders, "row": cfg.model.name, "size": size, "command": command}

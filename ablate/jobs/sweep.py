@@ -24,8 +24,8 @@ def explicit_model_keys(overrides: list[str]) -> list[str]:
     keys = []
     for o in overrides:
         key = o.lstrip("+~").split("=", 1)[0]
-        if key.startswith("model.") and key.count(".") == 1:
-            keys.append(key.removeprefix("model."))
+        if key.startswith("model.") and key.count(".") == 1 or key.startswith("model.args."):
+            keys.append(key.removeprefix("model."))  # a model's own key: args.<key>
     return sorted(set(keys))
 
 

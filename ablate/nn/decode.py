@@ -1,7 +1,8 @@
 """Greedy and beam search (section 6.1: beam 4, length penalty alpha 0.6, max length input + 50, early stop).
 
 The search talks to a `Stepper`: `start` encodes a batch, `step` returns next-token logits for one token per
-row, `reorder` keeps the rows the search chose. `CachedStepper` uses the model's KV cache; `UncachedStepper`
+row, `reorder` keeps the rows the search chose. `CachedStepper` uses the model's cache: the Transformer's KV
+cache, or that of any model implementing the search contract (`Searchable`, docs/models.md); `UncachedStepper`
 re-runs the decoder over the whole prefix each step and is the reference the cached path must match;
 `EnsembleStepper` searches several models as one. Tests
 plug in a hand-built probability table. Only torch is imported here.
@@ -11,12 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from ablate.nn.model import KVCache, Transformer
+from ablate.nn.model import Transformer
 
 
 class Stepper(Protocol):
@@ -27,18 +28,27 @@ class Stepper(Protocol):
     def reorder(self, state: object, index: Tensor, same_source: bool = False) -> object: ...
 
 
+class Searchable(Protocol):
+    """What a model implements to be searched: encode once, then one step a token on its cache."""
+
+    def encode(self, src: Tensor) -> tuple[Any, Any]: ...  # src (B, S) -> (memory, mask)
+    # a cache of `group` rows per sentence, with reorder(index, same_source) as KVCache's
+    def start_cache(self, memory: Any, mask: Any, max_len: int, group: int = 1) -> Any: ...
+    def step(self, tokens: Tensor, cache: Any) -> Tensor: ...  # tokens (R,) -> logits (R, V)
+
+
 class CachedStepper:
-    def __init__(self, model: Transformer):
+    def __init__(self, model: Searchable):
         self.model = model
 
-    def start(self, src: Tensor, max_len: int, beams: int = 1) -> KVCache:
+    def start(self, src: Tensor, max_len: int, beams: int = 1) -> Any:  # the model's cache (KVCache)
         memory, mask = self.model.encode(src)
         return self.model.start_cache(memory, mask, max_len, group=beams)
 
-    def step(self, tokens: Tensor, state: KVCache) -> Tensor:
+    def step(self, tokens: Tensor, state: Any) -> Tensor:
         return self.model.step(tokens, state)
 
-    def reorder(self, state: KVCache, index: Tensor, same_source: bool = False) -> KVCache:
+    def reorder(self, state: Any, index: Tensor, same_source: bool = False) -> Any:
         state.reorder(index, same_source)
         return state
 

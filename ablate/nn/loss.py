@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -19,6 +19,15 @@ class LossSums:
     tokens: Tensor  # scalar: number of target tokens
     nll_per_sentence: Tensor | None = None  # (B,)
     tokens_per_sentence: Tensor | None = None  # (B,)
+    # a criterion's auxiliary terms, each summed over the tokens with its weight: trained with `smoothed`,
+    # logged and curved under its name
+    aux: dict[str, Tensor] = field(default_factory=dict)
+
+    def total(self) -> Tensor:  # the sum a training step minimizes
+        out = self.smoothed
+        for term in self.aux.values():
+            out = out + term
+        return out
 
 
 class SmoothedCrossEntropy(torch.autograd.Function):
@@ -226,3 +235,33 @@ def label_smoothed_loss(
         out.nll_per_sentence = nll.sum(-1)
         out.tokens_per_sentence = mask.sum(-1)
     return out
+
+
+class LabelSmoothedCrossEntropy:
+    """The paper's training loss (5.4) as a criterion: the default of `model.criterion`.
+
+    A criterion is built with the row's eps_ls and the padding id, and called with the model, its
+    teacher-forced hidden states (B, T, d) and the targets (B, T); it returns the batch's sums: `smoothed`
+    the loss it trains, `nll` the unsmoothed -log p(y), and `aux` its other named terms (docs/models.md).
+    Only the real target tokens are projected to logits: through the kept LogitsBuffer where the model
+    names its output matrix (`output_weight`, logits = hidden @ W^T), else by the model's `logits`."""
+
+    def __init__(self, label_smoothing: float, pad_id: int):
+        self.eps, self.pad_id = label_smoothing, pad_id
+        self.buffer = LogitsBuffer()
+
+    def logits(self, model: torch.nn.Module, hidden: Tensor) -> tuple[Tensor, bool]:
+        """(logits (N, V) of hidden (N, d), whether the loss may overwrite them)."""
+        weight = getattr(model, "output_weight", None)
+        if weight is None:  # the model's own head may keep its output for backward: not consumed
+            return model.logits(hidden), False
+        return self.buffer.project(hidden, weight), True  # a linear layer keeps its input, not its output
+
+    def __call__(self, model: torch.nn.Module, hidden: Tensor, target: Tensor) -> LossSums:
+        real = target != self.pad_id  # (B, T)
+        logits, consume = self.logits(model, hidden[real])
+        return label_smoothed_loss(logits, target[real], self.eps, self.pad_id, consume_logits=consume)
+
+    def skipped(self) -> None:
+        """No backward will run through this step's graph: its logits' memory may be handed out again."""
+        self.buffer.busy = False

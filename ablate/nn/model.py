@@ -348,7 +348,12 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder with one embedding matrix shared by source, target and the pre-softmax projection."""
+    """Encoder-decoder with one embedding matrix shared by source, target and the pre-softmax projection.
+
+    It implements the model contract of docs/models.md: `forward` and `logits` to train, `encode`,
+    `start_cache` and `step` (a cache with `reorder`) to be searched."""
+
+    config_class = TransformerConfig  # its keys; the scale acts on them by Table 3's rules (ablate.config)
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
@@ -393,6 +398,10 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: Tensor) -> Tensor:  # (..., d) -> (..., V): the shared matrix, transposed
         return F.linear(hidden, self.embedding.weight)
+
+    @property
+    def output_weight(self) -> Tensor:  # (V, d): logits = hidden @ output_weight^T, no bias
+        return self.embedding.weight
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> hidden states; see `logits`
         memory, mask = self.encode(src)

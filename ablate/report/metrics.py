@@ -16,7 +16,8 @@ from ablate.tasks import PPL, Metric, Task
 
 def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
     metrics = (*task.metrics, PPL)
-    cols = ["row", "seeds"]
+    models = _models(coll)
+    cols = ["row", "seeds"] + (["model", "params"] if models else [])
     for m in metrics:
         cols += [f"{m.label} dev", "95% interval", "Δ base", "Δ 95% interval", "decision"]
     decisions = decide(coll, metrics, read_looks(coll.results_dir))
@@ -25,12 +26,17 @@ def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
     for row in coll.runs:
         runs = coll.finished(row)
         stale = any(r.stale for r in runs.values())
-        cells: list[Any] = [row + (" †" if stale else ""), len(runs)]
+        cells: list[Any] = [row + (" †" if stale else ""), len(runs), *models.get(row, ())]
         for m in metrics:
             cells += _cells(_values(runs, m), by.get((row, m.name)))
         body.append(cells)
     notes = [
         f"{task.name}: {task.label or 'its declared metrics'}; preset {coll.scale}.",
+        *(
+            ["model: the row's model.arch; params: its trainable parameters as it ran (the built model)"]
+            if models
+            else []
+        ),
         *(
             f"{m.label}: {m.accumulates}; {'higher' if m.higher_is_better else 'lower'} is better."
             for m in metrics
@@ -47,7 +53,23 @@ def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
         *(f"decision: {d.text()}" for d in decisions if d.state != "not compared"),
     ]
     title = f"Variations of task {task.name}: dev figures against base"
-    return Table(cols, body, align="lr" + "rlrlc" * len(metrics), title=title), notes
+    align = "lr" + "lr" * bool(models) + "rlrlc" * len(metrics)
+    return Table(cols, body, align=align, title=title), notes
+
+
+def _models(coll: Collection) -> dict[str, tuple[str, str]]:
+    """Each row's (model, parameters), where some row's model is not the package's Transformer: the
+    architectures side by side. None otherwise (a table of Transformer rows stays as it was)."""
+    out, other = {}, False
+    for row, by in coll.runs.items():
+        run = next(iter(by.values()), None)
+        if run is None:
+            continue
+        arch = (run.cfg("model") or {}).get("arch", "transformer")
+        other |= arch != "transformer"
+        params = {r.rec.get("params") for r in by.values()} - {None}
+        out[row] = (arch, ", ".join(f"{p:,}" for p in sorted(params)))
+    return out if other else {}
 
 
 def _values(runs: dict, m: Metric) -> dict[int, float]:

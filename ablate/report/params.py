@@ -1,4 +1,5 @@
-"""Parameter counts of every Table 3 row at the paper's scale, beside the paper's params column.
+"""Parameter counts of every Table 3 row at the paper's scale, beside the paper's params column; a
+researcher's row of another model (`model.arch`) is counted from that model built at its own config's size.
 
 Counted by building the model on torch's "meta" device (no memory is allocated) and calling
 count_parameters; `closed_form` is the same count as a formula (tests check the two agree), used where
@@ -12,7 +13,8 @@ numbers are shown and nothing is adjusted.
 from __future__ import annotations
 
 from ablate import paper
-from ablate.config import ModelConfig, paper_model
+from ablate.config import ModelConfig, RunConfig, paper_model
+from ablate.config.arch import DEFAULT_ARCH, paper_scale_model
 from ablate.nn.model import TransformerConfig
 from ablate.report.render import Table
 
@@ -45,6 +47,14 @@ def meta_count(c: TransformerConfig) -> int:
 
 
 def row_params(model: ModelConfig, vocab: int = 37_000, exact: bool = True) -> int:
+    """The row's parameters at the paper's scale; another model's always from the built model (meta)."""
+    if model.arch != DEFAULT_ARCH:
+        import torch
+
+        from ablate.nn.model import count_parameters
+
+        with torch.device("meta"):
+            return count_parameters(paper_scale_model(RunConfig(model=model), vocab))
     c = paper_model(model, vocab)
     return meta_count(c) if exact else closed_form(c)
 
@@ -56,8 +66,11 @@ def params_rows(
     out = []
     for row, m in models.items():
         n = row_params(m, vocab, exact)
-        pr = t3.get(row)
+        pr = t3.get(row) if m.arch == DEFAULT_ARCH else None
         printed = pr.params_m if pr else None
+        if m.arch != DEFAULT_ARCH:  # its own keys are not the Transformer's columns
+            out.append(_other_row(row, m, n, source))
+            continue
         out.append(
             {
                 "row": row,
@@ -79,6 +92,15 @@ def params_rows(
             }
         )
     return out
+
+
+def _other_row(row: str, m: ModelConfig, n: int, source: dict[str, str]) -> dict:
+    blank = dict.fromkeys(("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v"), "")
+    return {
+        "row": row, "group": m.group, **blank, "positional": m.arch, "norm": "", "args": dict(m.args),
+        "params": n, "params_m": round(n / 1e6, 2), "paper_m": None, "paper_printed": False, "diff_m": None,
+        "config_source": source.get(row, "yaml"),
+    }  # fmt: skip
 
 
 def params_table(rows: list[dict], vocab: int) -> tuple[Table, list[str]]:
@@ -127,5 +149,7 @@ def params_table(rows: list[dict], vocab: int) -> tuple[Table, list[str]]:
         "big about 35.8k, and big - C5 is 45M in the paper against 50.36M by any count (12 layers x the d_ff "
         "change). Both numbers are shown as they are; rows A, D, E print no params in the paper (blank = "
         "base). Learned positions (E) add one max_positions x d_model table per stack.",
+        "A row of another model (model.arch, in the pos column) is counted from that model built at its "
+        "own config's size (its defaults and the row's model.args).",
     ]
     return Table(cols, body, align="lrrrrrrlrrrl"), notes

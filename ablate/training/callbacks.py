@@ -52,6 +52,9 @@ class Curves(Callback):
             row = {"step": step, "lr": module.lr_at(step), "time_s": round(self.clock.elapsed(), 2)}
             if "train/loss" in m:
                 row["train_loss"] = float(m["train/loss"])
+            for name in sorted(module.aux_names):  # a criterion's auxiliary terms, under their names
+                if f"train/{name}" in m:
+                    row[f"train_{name}"] = float(m[f"train/{name}"])
             self._write(trainer, row)
 
     def on_validation_end(self, trainer, module):  # after the module's own epoch-end hook has computed

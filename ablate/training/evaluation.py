@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 from omegaconf import OmegaConf
 
-from ablate.config import RunConfig, effective_model, to_dataclass
+from ablate.config import RunConfig, model_config, to_dataclass
+from ablate.config.arch import require_search
 from ablate.errors import doing
 from ablate.records import evaluations, folder, store
 from ablate.records.evaluations import Protocol
@@ -77,12 +78,13 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
     rec = store.read_record(run_dir / store.RECORD_NAME)  # read once: its config, id and steps
     cfg = to_dataclass(OmegaConf.create(rec["config"]))
     task = task_of(cfg.task)  # before the corpus: a task may bring its data source
+    require_search(cfg, "ablate.evaluate")  # a model that cannot be searched stops here, in one line
     prepared = prepare_corpus(cfg)
     sp = spm.SentencePieceProcessor(model_file=str(prepared.spm_model))
     ckpts = _checkpoints(run_dir, average, until_step)
 
     def load(cfg: RunConfig, ckpts: list[Path]):
-        module = Seq2SeqModule(cfg, effective_model(cfg, prepared.meta["vocab_size"]), 1, 1)
+        module = Seq2SeqModule(cfg, model_config(cfg, prepared.meta["vocab_size"]), 1, 1)
         module.load_state_dict(average_checkpoints(ckpts))
         return module.eval()
 

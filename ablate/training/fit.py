@@ -26,18 +26,18 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from ablate.config import (
     RunConfig,
     accumulation,
-    effective_model,
-    paper_model,
+    model_config,
     preset_name,
     step_tokens,
     total_steps,
 )
+from ablate.config.arch import paper_scale_model
 from ablate.control import faults
 from ablate.control.progress import ProgressLines, StepProgress
 from ablate.control.stop import StopAtStep, slurm_environment
 from ablate.data.datamodule import Prepared, Seq2SeqData
 from ablate.errors import typed_line
-from ablate.nn.model import Transformer, count_parameters
+from ablate.nn.model import count_parameters
 from ablate.records import folder, identity, status, store, tracking
 from ablate.tasks import dev_scorer, task_of
 from ablate.training.callbacks import (
@@ -166,7 +166,7 @@ def _module(cfg: RunConfig, prepared: Prepared, dm: Seq2SeqData, budget: Budget 
     task = task_of(cfg.task)
     module = Seq2SeqModule(
         cfg,
-        effective_model(cfg, prepared.meta["vocab_size"]),
+        model_config(cfg, prepared.meta["vocab_size"]),
         total_steps(cfg),
         accumulation(cfg),
         tokenizer=spm.SentencePieceProcessor(model_file=str(prepared.spm_model)),
@@ -182,8 +182,8 @@ def _module(cfg: RunConfig, prepared: Prepared, dm: Seq2SeqData, budget: Budget 
 
 def _model_facts(cfg: RunConfig, module: Seq2SeqModule) -> dict:
     """What ran: the model after recipe and scale, its parameter counts, and the batch a step holds."""
-    with torch.device("meta"):
-        params_paper = count_parameters(Transformer(paper_model(cfg.model)))
+    with torch.device("meta"):  # the row at the paper's size (a researcher's model: its config's)
+        params_paper = count_parameters(paper_scale_model(cfg, 37_000))
     world = cfg.trainer.devices * cfg.trainer.num_nodes
     return {
         "batch": {"devices": world, "accumulate": accumulation(cfg), "max_tokens_per_step": step_tokens(cfg)},
@@ -202,6 +202,7 @@ def _logger(cfg: RunConfig, out: Path):
         "table3_row": cfg.model.name,
         "table3_group": cfg.model.group,
         "preset": preset_name(cfg),
+        "model_arch": cfg.model.arch,  # a panel groups by architecture; its keys are model.args
         **dict.fromkeys(next(iter(paper.values()), {})),  # a row not in the paper's table: None
         **paper.get(cfg.model.name, {}),
     }

@@ -1,10 +1,12 @@
-"""The LightningModule: label-smoothed training (5.3, 5.4), token-weighted dev perplexity, and the task's dev
-figures of a decoded dev pass (its scorer's).
+"""The LightningModule: training by the row's criterion (label-smoothed by default, 5.3, 5.4), token-weighted
+dev perplexity (the model's unsmoothed NLL, whatever the criterion), and the task's dev figures of a decoded
+dev pass (its scorer's).
 
 Each training batch is one micro-batch of an optimizer step; Lightning accumulates `accumulate` of them. The
-loss of a micro-batch is its summed label-smoothed loss divided by the target tokens of the WHOLE step on all
-devices (known from the deterministic batch plan), times the factors Lightning and DDP divide by, so the
-gradient is exactly the per-token mean over the step's ~25000 target tokens.
+loss of a micro-batch is its summed loss (the criterion's, with its auxiliary terms) divided by the target
+tokens of the WHOLE step on all devices (known from the deterministic batch plan), times the factors
+Lightning and DDP divide by, so the gradient is exactly the per-token mean over the step's ~25000 target
+tokens.
 """
 
 from __future__ import annotations
@@ -19,11 +21,11 @@ import pytorch_lightning as pl
 import torch
 
 from ablate.config import RunConfig, row_arch
+from ablate.config.arch import arch_of, criterion_of
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
 from ablate.nn.decode import CachedStepper, EnsembleStepper, beam_search, greedy_search
-from ablate.nn.loss import LogitsBuffer, label_smoothed_loss
-from ablate.nn.model import Transformer, TransformerConfig
+from ablate.nn.loss import label_smoothed_loss
 from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
 from ablate.tasks import Metric, Scored, task_of
 
@@ -45,13 +47,14 @@ class EvalAccumulator:
 
 
 class Seq2SeqModule(pl.LightningModule):
-    """Training and dev evaluation of one Transformer. What it decodes against (tokenizer, dev references),
-    the task's scorer and metrics, and the time budget (train.budget_minutes) come in the constructor."""
+    """Training and dev evaluation of the row's model (`model.arch`, trained by `model.criterion`). What it
+    decodes against (tokenizer, dev references), the task's scorer and metrics, and the time budget
+    (train.budget_minutes) come in the constructor."""
 
     def __init__(
         self,
         cfg: RunConfig,
-        model_cfg: TransformerConfig,
+        model_cfg,  # the config of the row's model (ablate.config.model_config)
         total_steps: int,
         accumulate: int,
         tokenizer=None,
@@ -62,15 +65,16 @@ class Seq2SeqModule(pl.LightningModule):
     ):
         super().__init__()
         self.cfg, self.total_steps, self.accumulate = cfg, total_steps, accumulate
-        self.model = Transformer(model_cfg)
-        self.label_smoothing = row_arch(cfg).label_smoothing  # eps_ls (5.4) of the row under its recipe
+        self.model = arch_of(cfg.model.arch).cls(model_cfg)
+        # the row's criterion, with eps_ls (5.4) of the row under its recipe
+        self.criterion = criterion_of(cfg.model.criterion)(row_arch(cfg).label_smoothing, PAD)
         self.tokenizer, self.references = tokenizer, list(references)  # sentencepiece processor, dev refs
         self.scorer = scorer  # the task's: decoded dev outputs and references -> its figures
         self.metrics = metrics  # the task's declared dev figures: each logged as dev/<name>
         self.budget = budget  # callbacks.Budget: its `progress` drives the cosine schedule's decay
-        self.logits_buffer = LogitsBuffer()
         self.decode_dev = False  # decode the dev set in this validation pass (on_validation_epoch_start)
         self.acc = EvalAccumulator()
+        self.aux_names: set[str] = set()  # the criterion's auxiliary terms seen so far (curves.jsonl)
         self.last_eval: dict = {}
         self.last_position: tuple[int, int] | None = None  # (epoch, step) of the last finished step
         self._t0 = time.perf_counter()
@@ -104,17 +108,14 @@ class Seq2SeqModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         mb, b = batch
         hidden = self.model(b.src, b.tgt_in)  # (B, T, d)
-        real = b.tgt_out != PAD  # (B, T): the output projection and the loss only for real tokens
-        # model.logits (N, V), N = real target tokens, into memory kept between steps (LogitsBuffer)
-        logits = self.logits_buffer.project(hidden[real], self.model.embedding.weight)
-        sums = label_smoothed_loss(logits, b.tgt_out[real], self.label_smoothing, PAD, consume_logits=True)
+        sums = self.criterion(self.model, hidden, b.tgt_out)
         world = self.trainer.world_size if self.trainer else 1
-        loss = sums.smoothed * (world * self.accumulate / mb.step_tokens)
+        loss = sums.total() * (world * self.accumulate / mb.step_tokens)
         if not torch.isfinite(loss):
             step = self.global_step + 1
             if self.cfg.train.on_nonfinite == "skip":
                 self.print(f"step {step}: non-finite loss, micro-batch skipped (train.on_nonfinite=skip)")
-                self.logits_buffer.busy = False  # no backward will run through this step's graph
+                self.criterion.skipped()
                 return None
             raise NonFiniteLoss(
                 f"non-finite training loss at step {step} (epoch {mb.epoch}, batch "
@@ -127,6 +128,9 @@ class Seq2SeqModule(pl.LightningModule):
             self.last_position = (mb.epoch, mb.step)
         self.log("train/loss", sums.smoothed / sums.tokens, prog_bar=True, batch_size=ntok)
         self.log("train/nll", sums.nll / sums.tokens, batch_size=ntok)
+        for name, term in sums.aux.items():  # a criterion's own terms, per token, under their names
+            self.aux_names.add(name)
+            self.log(f"train/{name}", term / sums.tokens, batch_size=ntok)
         return loss
 
     def on_train_batch_end(self, outputs, batch, batch_idx):
