@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                 task_of(task)
             own = [o.removeprefix("task_cfg.") for o in overrides if o.startswith("task_cfg.")]
             cfg = load_config(name, [o for o in overrides if not o.startswith("task_cfg.")])
+            source(cfg)  # a source no task brings is named first, before the task's own keys are read
             run = RunConfig(data=cfg, task=task or DEFAULT_TASK)
             run.task_cfg = typed_task_cfg(run.task, OmegaConf.to_container(OmegaConf.from_dotlist(own)))
         download = source(run.data).download
