@@ -180,10 +180,10 @@ def test_the_transformers_criterion_projects_through_its_output_matrix():
     torch.testing.assert_close(got.smoothed, want.smoothed)
 
 
-def _run(args, env, ok=(0,)):
+def _run(args, env, ok=(0,), module=True):
     # a session of its own: the run's Ctrl-C (ABLATE_FAULT_SIGINT_AT_STEP) does not reach pytest
-    p = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600, start_new_session=True)  # fmt: skip
+    p = subprocess.run([sys.executable, *["-m"] * module, *args], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=600, start_new_session=True)  # fmt: skip
     assert p.returncode in ok, (args, p.returncode, p.stderr[-3000:])
     return p
 
@@ -242,6 +242,17 @@ def test_a_researchers_own_model_goes_through_every_command(tmp_path):
     assert "| row | seeds | model | params | BLEU dev |" in table
     assert f"| base | 2 | transformer | {_params(tmp_path, 'base')} |" in table
     assert f"| gru_noattn | 2 | gru_model:GRUSeq2Seq | {_params(tmp_path, 'gru_noattn')} |" in table
+
+    # one token of the model's code stales the records of its rows (its files kept in each record), and
+    # only those: base is the package's Transformer
+    model = user / "gru_model.py"
+    model.write_text(model.read_text() + "\nUNUSED = 1\n")
+    code = ("import json, sys; from ablate.records.staleness import why_stale; "
+            "from ablate.records.store import find_records; records = find_records(sys.argv[1])[0]; "
+            "print(json.dumps({r['run_id']: why_stale(r) for r in records}))")  # fmt: skip
+    stale = json.loads(_run(["-c", code, str(tmp_path / "r")], env, module=False).stdout)
+    assert stale and all((why is None) == run_id.startswith("base-") for run_id, why in stale.items()), stale
+    assert all(str(model) in why for why in stale.values() if why), stale
 
 
 def _params(tmp_path: Path, row: str) -> str:

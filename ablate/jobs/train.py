@@ -8,6 +8,7 @@ worker per device.
 
 from __future__ import annotations
 
+import importlib
 import os
 import time
 from pathlib import Path
@@ -93,7 +94,21 @@ def _launch_facts(cfg: RunConfig) -> dict:
     """What a new record keeps of how its run was launched (`launch`: the command a report prints for
     more of its cells starts from it) and, for a task outside the package, of the files it read there."""
     launched = launch()
-    return {"launch": launched, **outside_facts(cfg.task, launched["config_files"] if launched else [])}
+    config_files = launched["config_files"] if launched else []
+    return {"launch": launched, **outside_facts(cfg.task, config_files, model_code(cfg))}
+
+
+def model_code(cfg: RunConfig) -> tuple[str, ...]:
+    """The folders of the row's model and criterion where they are a researcher's (a module:Class outside
+    the package): their records go stale when that code changes."""
+    from ablate.config.arch import ARCHS, CRITERIA
+
+    out = []
+    for name, ours in ((cfg.model.arch, ARCHS), (cfg.model.criterion, CRITERIA)):
+        if name not in ours:
+            module = importlib.import_module(name.partition(":")[0])  # loaded already: the row checked it
+            out.append(str(Path(module.__file__).resolve().parent))
+    return tuple(dict.fromkeys(out))
 
 
 def launch() -> dict | None:

@@ -147,17 +147,19 @@ def _outside_path(task: str, name: str) -> Path | None:
     return next((f / rest for f in _folders(task) if f.name == head), None)
 
 
-def task_files(task: str, config_files: list[str] = ()) -> dict[str, str]:
-    """What a run of a task outside the package reads outside it, as its record keeps it (name -> the hash
-    of its result_text): the task's modules this process has imported, and `config_files`, the config
-    files its command composed from the researcher's folders (Hydra's defaults list). A file inside one of
-    the task's folders is named by the folder's name and its path inside it, any other by its path. {} for
-    a task of the package."""
+def task_files(task: str, config_files: list[str] = (), code: tuple[str, ...] = ()) -> dict[str, str]:
+    """What a run reads outside the package, as its record keeps it (name -> the hash of its result_text):
+    the modules this process has imported from its task's folders (a task outside the package) and from
+    `code`, the folders of a researcher's model and criterion, and `config_files`, the config files its
+    command composed from the researcher's folders (Hydra's defaults list). A file inside one of the
+    task's folders is named by the folder's name and its path inside it, any other by its path. {} for a
+    run of the package's own task, model and criterion."""
     folders = [f.resolve() for f in _folders(task)]
-    if not folders:
+    imported = folders + [Path(c).resolve() for c in code]
+    if not imported:
         return {}
     files = {Path(m.__file__).resolve() for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
-    files = {f for f in files if f.suffix == ".py" and any(f.is_relative_to(d) for d in folders)}
+    files = {f for f in files if f.suffix == ".py" and any(f.is_relative_to(d) for d in imported)}
     files |= {Path(c).resolve() for c in config_files}
     out = {}
     for f in sorted(files):
@@ -167,10 +169,11 @@ def task_files(task: str, config_files: list[str] = ()) -> dict[str, str]:
     return out
 
 
-def outside_facts(task: str, config_files: list[str] = ()) -> dict[str, Any]:
-    """The fields of a new record of a task outside the package: its task_files and the code hash over
-    them (for a task of the package: none, facts() has it)."""
-    files = task_files(task, config_files)
+def outside_facts(task: str, config_files: list[str] = (), code: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The fields of a new record of a run that reads code outside the package (its task's, or its model's
+    and criterion's folders, `code`): its task_files and the code hash over them (none for the package's
+    own: facts() has it)."""
+    files = task_files(task, config_files, code)
     return {"task_files": files, "code_hash": code_hash(task, tuple(sorted(files)))} if files else {}
 
 
@@ -230,16 +233,15 @@ def _outside_changed(task: str, files: Any) -> str:
     """What changed outside the package: the files of task_files whose hash is not the record's (a record
     without them: its task's folder, any file of it); '' for a task of the package."""
     folders = _folders(task)
-    if not folders:
-        return ""
     if not isinstance(files, dict):
-        return f"its task's folder {folders[0]}"
+        return f"its task's folder {folders[0]}" if folders else ""
     changed = [
         str(_outside_path(task, name) or name)
         for name, digest in sorted(files.items())
         if _digest(name, _outside_path(task, name)).hex()[:12] != digest
     ]
-    return f"its task's {', '.join(changed)}" if changed else ""
+    whose = "its task's" if folders else "its model's"  # a package task reads outside only its model's code
+    return f"{whose} {', '.join(changed)}" if changed else ""
 
 
 @functools.cache
