@@ -94,14 +94,6 @@ def table3() -> dict[str, PaperRow]:
     return out
 
 
-def paper_delta(row: str, metric: str) -> float | None:
-    """The paper's difference row - base for metric 'ppl' or 'bleu' (None for rows not in the paper)."""
-    t = table3()
-    if row not in t:
-        return None
-    return round(getattr(t[row], metric) - getattr(t["base"], metric), 6)
-
-
 def _num(s: str) -> float | None:
     return float(s) if s.strip() else None
 
@@ -191,7 +183,3 @@ def paper_table(path: Path) -> PaperTable:
         if r.get("group"):
             groups[row] = r["group"]
     return PaperTable(Path(path), figures, decimals, groups, params)
-
-
-def table3_path() -> Path:
-    return HERE / "paper_table3.csv"

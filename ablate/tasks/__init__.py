@@ -277,12 +277,18 @@ def _api_source(task: Task):
     from ablate.data.fingerprint import files_fingerprint
     from ablate.data.sources import PairSource, Split, read_split
 
+    made: dict[str, dict] = {}  # its splits by what names its corpus: made once a process, not per caller
+
     def given(run) -> dict:
-        splits = task.splits(run)
-        for need in ("train", "dev"):
-            if need not in splits:
-                raise ConfigError(f"task={task.name}: its splits() gives no {need} split (train, dev needed)")
-        return splits
+        own = dataclasses.asdict(run.task_cfg) if dataclasses.is_dataclass(run.task_cfg) else run.task_cfg
+        key = json.dumps([dataclasses.asdict(run.data), own], sort_keys=True, default=str)
+        if key not in made:
+            splits = task.splits(run)
+            if lacking := [need for need in ("train", "dev") if need not in splits]:
+                needed = f"its splits() gives no {lacking[0]} split (train, dev needed)"
+                raise ConfigError(f"task={task.name}: {needed}")
+            made[key] = splits
+        return made[key]
 
     def identity(run) -> dict:
         code = hashlib.sha256(Path(importlib.import_module(type(task).__module__).__file__).read_bytes())
