@@ -3,7 +3,14 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import torch
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # The suite runs in one worker a core (pytest-xdist, pyproject's addopts): a test's threads share the
+    # cores with the other workers', so the threads that wait sleep instead of spinning, in this process
+    # and the commands it starts (the same threads, the same sums). OpenMP reads it once: before torch.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")

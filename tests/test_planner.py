@@ -20,6 +20,7 @@ from ablate.report.decide import (
     decide,
     decide_command,
     decide_values,
+    looks_made,
     pooled,
     power,
     read_looks,
@@ -181,7 +182,8 @@ def test_the_decide_command_trains_exactly_the_seeds_asked_for(tmp_path):
     cmd, looks, _ = decide_command(coll, [d], ["experiment=x"])
     seeds = ",".join(map(str, range(1, d.needed + 1)))
     assert cmd == f"python -m ablate.run -m model=base,A1 seed={seeds} experiment=x"
-    assert looks == [Look("sim", "A1", "ppl", 3, d.needed, d.alpha)]
+    made = {"state": "undecided", "diff": d.diff, "se": d.se, "df": d.df, "needed": d.needed}
+    assert looks == [Look("sim", "A1", "ppl", 3, d.needed, d.alpha, **made)]
 
 
 def test_the_decide_command_of_one_claim_trains_its_rows_and_records_the_look_at_every_row(tmp_path):
@@ -222,6 +224,38 @@ def test_a_look_read_again_at_its_own_seeds_is_the_same_look(tmp_path):
     coll.runs["A1"][4] = Run({"run_id": "A1-s4", "status": "finished", "metrics": {"dev_ppl": 5.4}})
     (later,) = decide(coll, [PPL], read_looks(tmp_path))  # a second look spends what the first left
     assert later.seeds == 4 and later.alpha == pytest.approx(spent(0.05, 4 / first.needed) - first.alpha)
+
+
+def test_a_decided_row_stays_as_its_look_decided_it_when_other_rows_move_the_pool(tmp_path):
+    """A row decided at a look keeps that look's difference, interval and alpha at every later read: a row
+    whose seeds double the pooled variance afterwards reopens nothing. A look written without its verdict
+    (a line of an older file) is read again on today's pool, as before."""
+    coll = _collection(
+        {
+            "base": {1: 5.0, 2: 5.1, 3: 5.05, 4: 5.08},
+            "E": {1: 6.0, 2: 6.1, 3: 6.02, 4: 6.05},
+            "A1": {1: 5.3, 2: 5.35, 3: 5.32, 4: 5.3},
+        }
+    )
+    coll.results_dir = tmp_path
+    first = {d.row: d for d in decide(coll, [PPL])}
+    assert first["E"].state == "worse"
+    assert first["A1"].state == "worse" and decide_command(coll, list(first.values()), []) is None
+    record_looks(tmp_path, looks_made(list(first.values()), "sim"))  # what the command records then
+    coll.runs["A1"] = {  # A1 spreads far wider now: the pool's sd grows several times
+        s: Run({"run_id": f"A1-s{s}", "status": "finished", "metrics": {"dev_ppl": v}})
+        for s, v in {1: 4.0, 2: 7.0, 3: 5.0, 4: 6.5}.items()
+    }
+    moved = {d.row: d for d in decide(coll, [PPL])}
+    assert moved["E"].hi - moved["E"].lo > 3 * (first["E"].hi - first["E"].lo)  # today's pool, unrecorded
+    (e,) = [d for d in decide(coll, [PPL], read_looks(tmp_path)) if d.row == "E"]
+    assert (e.state, e.diff, e.lo, e.hi, e.alpha, e.seeds) == (
+        "worse", first["E"].diff, first["E"].lo, first["E"].hi, first["E"].alpha, 4,
+    )  # fmt: skip
+    assert e.recorded and "as looks.jsonl recorded it" in e.text()
+    old = [Look(lk.preset, lk.row, lk.metric, lk.seeds, lk.planned, lk.alpha) for lk in read_looks(tmp_path)]
+    (e_old,) = [d for d in decide(coll, [PPL], old) if d.row == "E"]
+    assert not e_old.recorded and e_old.se == moved["E"].se
 
 
 def test_a_later_look_spends_against_the_largest_plan_any_look_made():

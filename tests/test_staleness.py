@@ -230,14 +230,13 @@ def test_comments_and_docstrings_cost_nothing_and_a_real_change_stales(tmp_path)
 
 @needs_git
 @pytest.mark.slow
-def test_the_anchor_check_fails_on_a_real_change_and_holds_without_it(tmp_path):
-    """The other half: in a clone, the anchor check of translation's built-in configuration holds at HEAD
-    and fails once one token of the label smoothing is changed and committed."""
+def test_the_anchor_check_fails_on_a_real_change(tmp_path):
+    """The other half: in a clone, the anchor check of translation's built-in configuration fails once one
+    token of the label smoothing is changed and committed (that it holds at HEAD, for every configuration
+    of every task, is test_result_anchors.py's test_every_anchor_holds)."""
     clone = _clone(tmp_path)
     cmd = [sys.executable, "tests/result_anchors.py", "", "translation", "--configs", "builtin"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    held = subprocess.run(cmd, cwd=clone, env=env, capture_output=True, text=True, timeout=1200)
-    assert held.returncode == 0 and "every anchor of translation holds" in held.stdout, held.stderr[-2000:]
     loss = clone / "ablate/nn/loss.py"
     loss.write_text(loss.read_text().replace("1.0 - eps", "0.99 - eps", 1))
     _git(clone, "commit", "-qam", "smooth differently")

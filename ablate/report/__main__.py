@@ -416,13 +416,14 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
 def _decide_command(an, decisions, results: str | None, rows: list[str] | None) -> int:
     """The run that decides the undecided rows (of --rows, where given), on stdout; the look it makes at
     every row compared, kept in looks.jsonl."""
-    from ablate.report.decide import decide_command, record_looks
+    from ablate.report.decide import decide_command, looks_made, record_looks
     from ablate.report.missing import command_overrides
 
     tmpl = an.coll.template()
     over = command_overrides(tmpl, results) if tmpl else []
     found = decide_command(an.coll, decisions, over, rows)
-    if found is None:
+    if found is None:  # the look is made all the same: its decisions stand as it saw them
+        record_looks(an.coll.results_dir, looks_made(decisions, an.coll.scale or ""))
         print(
             "nothing to decide: every row compared is decided, or past the seeds a decision could take",
             file=sys.stderr,

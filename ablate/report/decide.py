@@ -15,7 +15,9 @@ difference to base is decided, and how many seeds would decide it (docs/planner.
   function of O'Brien-Fleming type, alpha/2 a side (R gsDesign's sfLDOF): a(t) = 2 (2 - 2 Phi(z_{1-alpha/4}
   / sqrt(t))), t = the seeds per side at this look over the most any look of the row planned. The looks
   made are kept in `<results>/looks.jsonl` by `--decide-command`; a look spends what a(t) adds to what
-  earlier looks spent (nominally, at its own level: a union bound over the looks).
+  earlier looks spent (nominally, at its own level: a union bound over the looks). A look keeps what it
+  concluded: a row decided at a look stays as that look decided it (difference, interval, alpha), and a
+  look at the seeds a row still has is read as it was made, whatever other rows' seeds do to the pool.
 - Seeds until decided: per side, the smallest n whose exact power (noncentral t) reaches POWER at the
   alpha left, for the observed difference (two-sided; for a difference below delta, TOST's one-sided test
   at delta - |d|), with s the pooled sd on the degrees of freedom the table will have: the other rows'
@@ -125,6 +127,13 @@ class Look:
     seeds: int  # per side (the fewer of row and base) at this look
     planned: int  # seeds per side planned at this look
     alpha: float  # alpha this look spent
+    # What the look concluded, kept so that a later read shows it as made (None in a line written before
+    # looks kept it: that look is read again on today's pooled variance).
+    state: str | None = None
+    diff: float | None = None
+    se: float | None = None
+    df: int | None = None
+    needed: int | None = None
 
 
 class LooksError(ValueError):
@@ -184,6 +193,7 @@ class Decision:
     span: float = math.inf  # the metric's range over the table's runs: no wider interval is printed
     flag: str = ""  # a row whose spread is far from the pool's
     cost_s: float | None = None  # the wall time of the runs `needed` adds, as the records took it
+    recorded: bool = False  # as an earlier look recorded it (looks.jsonl), not read again now
 
     def interval(self, alpha: float) -> tuple[float, float]:
         half = t_quantile(1 - alpha / 2, self.df) * self.se
@@ -196,6 +206,8 @@ class Decision:
         lo95, hi95 = self.interval(0.05)
         where = f"{self.diff:+.2f}, 95% interval {_iv(lo95, hi95, self.span)}"
         look = f"(pooled t on {self.df} df, alpha {self.alpha:.3g} at {self.seeds} seeds)"
+        if self.recorded:
+            look += f", as {LOOKS} recorded it"
         if self.state != "undecided":
             now = _iv(self.lo, self.hi, self.span)
             out = f"{self.row} {m.label}: {self.state}, {where}; at this look {now} {look}"
@@ -305,6 +317,8 @@ def _one(design: Design, row: str, base: Mapping[int, float], mine: Mapping[int,
     se = pool.sd * math.sqrt(1 / len(mine) + 1 / len(base))
     other_df = pool.df - max(len(mine) - 1, 0) - max(len(base) - 1, 0)  # rows the command does not train
     before = [lk for lk in design.looks if (lk.preset, lk.row, lk.metric) == (design.preset, row, m.name)]
+    if (made := _made(before, n)) is not None:
+        return _as_recorded(made, row, m, cap)
     this = [lk for lk in before if lk.seeds == n]  # a look at these seeds: this one, read again
     used = sum(lk.alpha for lk in before if lk.seeds != n)
 
@@ -333,6 +347,22 @@ def _one(design: Design, row: str, base: Mapping[int, float], mine: Mapping[int,
     if state == "undecided" and (found := plan(alpha - used - a)) is not None:
         needed = max(found, n + 1)
     return replace(d, state=state, lo=lo, hi=hi, needed=needed)
+
+
+def _made(before: Sequence[Look], n: int) -> Look | None:
+    """The look whose verdict stands: the first that decided the row (a sequential test stops there: later
+    seeds and a pooled variance that moved with other rows reopen nothing), else the look at these seeds,
+    where it kept what it concluded."""
+    kept = [lk for lk in before if lk.state is not None]
+    decided = sorted((lk for lk in kept if lk.state != "undecided"), key=lambda lk: lk.seeds)
+    return decided[0] if decided else next((lk for lk in kept if lk.seeds == n), None)
+
+
+def _as_recorded(lk: Look, row: str, m: Metric, cap: int) -> Decision:
+    d = Decision(row, m, lk.state, lk.diff, None, None, lk.alpha, lk.seeds, lk.needed, lk.planned, lk.se)
+    d = replace(d, df=lk.df, cap=cap, recorded=True)
+    lo, hi = d.interval(lk.alpha) if lk.alpha > 0 else (-math.inf, math.inf)
+    return replace(d, lo=lo, hi=hi)
 
 
 def _cost(coll: Collection, d: Decision) -> float | None:
@@ -384,11 +414,7 @@ def next_seeds(
     not: the report shows them all, so all were seen, and a decided row's look keeps its alpha when other
     rows' seeds change the pooled variance."""
     mine = [d for d in decisions if only is None or d.row in only]
-    looks = [
-        Look(preset, d.row, d.metric.name, d.seeds, d.needed or d.planned, d.alpha)
-        for d in decisions
-        if d.state != "not compared" and d.alpha > 0
-    ]
+    looks = looks_made(decisions, preset)
     undecided = [d for d in mine if d.state == "undecided" and d.needed]
     if undecided:
         rows = list(dict.fromkeys(d.row for d in undecided))
@@ -406,6 +432,18 @@ def next_seeds(
     )
     why = f"not compared: {', '.join(apart)} ({reason}); this brings to two seeds: {', '.join(thin)}"
     return Next(["base", *apart], 2, why, looks)
+
+
+def looks_made(decisions: Sequence[Decision], preset: str) -> list[Look]:
+    """The look at every row compared, with what it concluded (a look already recorded is not made again)."""
+    ok = [d for d in decisions if d.state != "not compared" and d.alpha > 0 and not d.recorded]
+    return [_look(preset, d) for d in ok]
+
+
+def _look(preset: str, d: Decision) -> Look:
+    """The look a decision makes, with what it concluded."""
+    made = {"state": d.state, "diff": d.diff, "se": d.se, "df": d.df, "needed": d.needed}
+    return Look(preset, d.row, d.metric.name, d.seeds, d.needed or d.planned, d.alpha, **made)
 
 
 def decide_command(
