@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from ablate.config import ConfigError, ModelConfig, RunConfig, ScaleConfig, build_model, validate, varied
-from ablate.config.arch import arch_of, model_config, own_values
+from ablate.config.arch import SEARCH, TRAINING, arch_of, criterion_of, model_config, own_values
 from ablate.nn.decode import CachedStepper, beam_search
 from ablate.nn.loss import LabelSmoothedCrossEntropy, label_smoothed_loss
 from ablate.nn.model import Transformer, count_parameters
@@ -39,6 +39,8 @@ def gru_cfg(args=None, scale=None, **model) -> RunConfig:
 def test_the_transformer_is_the_registrys_default_and_names_no_new_key():
     cfg = RunConfig()
     assert arch_of("transformer").cls is Transformer and isinstance(build_model(cfg, 50), Transformer)
+    # what check_arch takes as given for the package's own model and loss, without loading them
+    assert not arch_of("transformer").lacks(TRAINING + SEARCH) and criterion_of("label_smoothed")
     assert identity.identity_dict(cfg) == {}  # the defaults name no key: base's id is what it was
     a1 = identity.identity_dict(replace(cfg, model=ModelConfig(name="A1", group="A", n_heads=1, d_k=512)))
     assert a1 == {"model.name": "A1", "model.group": "A", "model.n_heads": 1, "model.d_k": 512}

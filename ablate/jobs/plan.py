@@ -200,7 +200,10 @@ def calibration_dir(results_dir: str) -> str:
 
 @functools.cache
 def _machine(accelerator: str, threads: int | None) -> str:
-    """The CPU and device as records name them (`machine.cpu; device`)."""
+    """The CPU and device as records name them (`machine.cpu; device`); torch asked only where the config
+    does not say (a sweep of CPU jobs at trainer.threads=1 plans without importing it)."""
+    if accelerator == "cpu" and threads:
+        return f"{store.machine()['cpu']}; cpu ({threads} threads)"
     import torch
 
     cpu = accelerator == "cpu" or not torch.cuda.is_available()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from ablate import paper
 from ablate.config import ModelConfig, RunConfig, paper_model
 from ablate.config.arch import DEFAULT_ARCH, paper_scale_model
-from ablate.nn.model import TransformerConfig
+from ablate.nn.config import TransformerConfig
 from ablate.report.render import Table
 
 
