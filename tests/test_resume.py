@@ -91,8 +91,12 @@ def start_and_interrupt(tmp, sig, at_step: int) -> subprocess.Popen:
     return p
 
 
+# A step drawn anew each test run, the same in every pytest-xdist worker of one run (they collect alike).
+DRAWN = random.Random(os.environ.get("PYTEST_XDIST_TESTRUNUID") or os.getpid()).randint(3, 35)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("at_step", [random.Random(os.getpid()).randint(3, 35), 21])
+@pytest.mark.parametrize("at_step", [DRAWN, 21])
 def test_kill_9_then_same_command_gives_identical_metrics(tmp_path, reference, at_step):
     p = start_and_interrupt(tmp_path, signal.SIGKILL, at_step)
     assert p.returncode == -signal.SIGKILL
