@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
+from terminal import AS_TYPED
 
 from ablate.config import ConfigError, to_dataclass
 from ablate.data.batching import BatchingError
@@ -348,9 +349,7 @@ def test_ctrl_c_while_the_corpus_is_prepared_is_one_line(tmp_path, multi30k_dir,
         *data,
         *([f"results_dir={tmp_path}/r"] if command == "run" else []),
     ]
-    p = subprocess.Popen(
-        args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
-    )
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **AS_TYPED)
     for line in p.stdout:
         if line.startswith("vocabulary"):  # learning the 8,000-piece vocabulary, then encoding: seconds
             os.killpg(p.pid, signal.SIGINT)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from terminal import AS_TYPED
 
 from ablate.records.status import CTRL_C as INTERRUPTED
 
@@ -25,9 +26,7 @@ def _sweep(tmp_path: Path, launcher: str, **env_extra: str) -> subprocess.Comple
         f"results_dir={tmp_path}/results", f"data.cache_dir={tmp_path}/cache",
     ]  # fmt: skip
     # its own session: the injected Ctrl-C reaches this command's processes only, as a terminal's would
-    return subprocess.run(
-        cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, start_new_session=True
-    )
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, **AS_TYPED)
 
 
 @pytest.mark.slow
@@ -66,9 +65,7 @@ def test_ctrl_c_loses_no_curve_point(tmp_path, at_step):
             "train.val_every=5",
             f"results_dir={tmp_path}/{folder}", f"data.cache_dir={tmp_path}/cache",
         ]  # fmt: skip
-        p = subprocess.run(
-            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, start_new_session=True
-        )
+        p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, **AS_TYPED)
         assert p.returncode == (130 if env_extra else 0), p.stderr[-2000:]
         if env_extra:
             return []

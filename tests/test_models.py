@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from terminal import AS_TYPED
 
 from ablate.config import ConfigError, ModelConfig, RunConfig, ScaleConfig, build_model, validate, varied
 from ablate.config.arch import SEARCH, TRAINING, arch_of, criterion_of, model_config, own_values
@@ -185,7 +186,7 @@ def test_the_transformers_criterion_projects_through_its_output_matrix():
 def _run(args, env, ok=(0,), module=True):
     # a session of its own: the run's Ctrl-C (ABLATE_FAULT_SIGINT_AT_STEP) does not reach pytest
     p = subprocess.run([sys.executable, *["-m"] * module, *args], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=600, start_new_session=True)  # fmt: skip
+                       text=True, timeout=600, **AS_TYPED)  # fmt: skip
     assert p.returncode in ok, (args, p.returncode, p.stderr[-3000:])
     return p
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import sacrebleu
+from terminal import AS_TYPED
 
 from ablate.config import ConfigError
 from ablate.tasks import BUILTIN, Scored, task_of
@@ -231,7 +232,7 @@ def test_the_command_for_more_cells_is_the_one_the_run_was_launched_with():
 
 def _cmd(args: list[str], env: dict, cwd: Path = ROOT, ok: tuple[int, ...] = (0,)):
     p = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=env, capture_output=True, text=True,
-                       timeout=600, start_new_session=True)  # fmt: skip
+                       timeout=600, **AS_TYPED)  # fmt: skip
     assert p.returncode in ok, (args, p.returncode, p.stderr[-3000:])
     return p
 
