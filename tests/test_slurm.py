@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -520,3 +521,29 @@ def test_a_member_is_submitits_checkpointable_and_the_launcher_copies_none_of_it
     again = member.checkpoint(["model=A1"], "hydra.sweep.dir", 3, {})
     assert isinstance(again, submitit.helpers.DelayedSubmission) and again.function is member
     assert again.args == (["model=A1"], "hydra.sweep.dir", 3, {}) and member.config == {"a": 1}
+
+
+def test_a_warning_that_comes_while_the_job_loads_is_kept_and_times_the_stop():
+    """SLURM may send the warning up to a minute early: one that comes while submitit still unpickles the
+    member (before any handler of submitit's or ours) is kept, not SIGUSR2's default action (the job ends
+    FAILED, as the bare process below does), and times the stop once the member runs."""
+    env = {**os.environ, "SLURM_JOB_ID": "123", slurm_job.DELAY_ENV: "20"}
+    env.pop("SLURM_ARRAY_JOB_ID", None)
+    bare = subprocess.run([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGUSR2)"],
+                          env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert bare.returncode == -signal.SIGUSR2
+    code = (
+        "import os, signal, time\n"
+        "from ablate.cluster import slurm_job, slurm_member\n"
+        "os.kill(os.getpid(), signal.SIGUSR2)\n"
+        "print(slurm_member.EARLY_WARNINGS)\n"
+        "end = time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(time.time() + 50))\n"
+        "slurm_job.show_job = lambda jid: {'EndTime': end}\n"
+        "slurm_job.job().install(slurm_member.EARLY_WARNINGS)\n"
+    )
+    p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                       timeout=120)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    assert lines[0] == f"[{int(signal.SIGUSR2)}]"
+    assert re.fullmatch(r"\[ablate\] SLURM SIGUSR2: stopping at a checkpoint in (29|30) s", lines[1]), lines

@@ -68,15 +68,18 @@ class Job:
         self.warned: str | None = None
         self.installed = False
 
-    def install(self) -> None:
+    def install(self, early: list[int] | tuple[int, ...] = ()) -> None:
         """Take the job's signals: the warning times the stop; SIGTERM and SIGUSR1 ask for it (training's
-        stop owner, installed now so that a signal before training starts is not lost)."""
+        stop owner, installed now so that a signal before training starts is not lost). `early`: warnings
+        that came while the job loaded (slurm_member), timed now as if they came now."""
         if self.id is None or self.installed:
             return
         self.installed = True
         signal.signal(signal.SIGUSR2, self._warning)  # replaces submitit's, which requeues mid-step
         signal.signal(signal.SIGALRM, lambda *_: stop.request("time limit"))
         stop.install()
+        if early:
+            self._warning(early[0], None)
 
     def set_threads(self, cfg) -> None:
         """In a job, a run's threads are the CPUs SLURM gave its task (SLURM_CPUS_PER_TASK), not the node's,

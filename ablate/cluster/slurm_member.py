@@ -11,14 +11,25 @@ an optional dependency (`pip install -e '.[slurm]'`).
 
 from __future__ import annotations
 
-from typing import Any
+import os
+import signal
 
-import submitit
-from hydra.core.singleton import Singleton
-from hydra.core.utils import JobReturn, run_job, setup_globals
-from omegaconf import DictConfig, open_dict
+# First of all, as submitit unpickles the member (before the imports below, and before submitit sets its
+# own handler): a warning that comes now is kept for Job.install, not SIGUSR2's default action, which would
+# end the job (FAILED). SLURM may send it up to a minute early, so under a short time limit it can come while
+# the job still loads.
+EARLY_WARNINGS: list[int] = []
+if os.environ.get("SLURM_JOB_ID"):
+    signal.signal(signal.SIGUSR2, lambda signum, _frame: EARLY_WARNINGS.append(signum))
 
-from ablate.cluster import slurm_job
+from typing import Any  # noqa: E402
+
+import submitit  # noqa: E402
+from hydra.core.singleton import Singleton  # noqa: E402
+from hydra.core.utils import JobReturn, run_job, setup_globals  # noqa: E402
+from omegaconf import DictConfig, open_dict  # noqa: E402
+
+from ablate.cluster import slurm_job  # noqa: E402
 
 
 class SweepMember(submitit.helpers.Checkpointable):
@@ -28,7 +39,7 @@ class SweepMember(submitit.helpers.Checkpointable):
         self.hydra_context, self.task_function, self.config = hydra_context, task_function, config
 
     def __call__(self, overrides: list[str], job_dir_key: str, job_num: int, singleton: dict) -> JobReturn:
-        slurm_job.job().install()  # first: the warning may come at any time
+        slurm_job.job().install(EARLY_WARNINGS)  # first: the warning may come at any time
         Singleton.set_state(singleton)
         setup_globals()
         sweep_config = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
