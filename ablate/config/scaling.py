@@ -6,12 +6,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING
 
 from ablate.config.schema import PAPER_BASE, ArchConfig, ConfigError, ModelConfig, RunConfig
-
-if TYPE_CHECKING:  # imported where a model is built: Hydra's plugin scan reads this package without torch
-    from ablate.nn.config import TransformerConfig
+from ablate.nn.config import TransformerConfig  # torch-free: Hydra's plugin scan reads this package
 
 
 def _scaled(x: int | float, factor: float) -> int:
@@ -61,8 +58,6 @@ def row_arch(cfg: RunConfig) -> ArchConfig:
 
 def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
     """The row under the recipe's base and the scale's ratios, as the model builds it."""
-    from ablate.nn.config import TransformerConfig
-
     a, s = row_arch(cfg), cfg.scale
     d_model = _scaled(a.d_model, s.width)
     if a.positional == "sinusoidal" and d_model % 2:
