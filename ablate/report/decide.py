@@ -359,8 +359,8 @@ def _made(before: Sequence[Look], n: int) -> Look | None:
 
 
 def _as_recorded(lk: Look, row: str, m: Metric, cap: int) -> Decision:
-    d = Decision(row, m, lk.state, lk.diff, None, None, lk.alpha, lk.seeds, lk.needed, lk.planned, lk.se)
-    d = replace(d, df=lk.df, cap=cap, recorded=True)
+    d = Decision(row, m, lk.state, lk.diff, None, None, lk.alpha, lk.seeds, lk.needed, lk.planned, lk.se,
+                 lk.df, cap, recorded=True)  # fmt: skip
     lo, hi = d.interval(lk.alpha) if lk.alpha > 0 else (-math.inf, math.inf)
     return replace(d, lo=lo, hi=hi)
 
