@@ -54,11 +54,15 @@ def test_running_threads_reads_procs_running_less_the_reader():
     assert running_threads() >= 0.0
 
 
-def test_threads_asked_are_the_command_lines():
+def test_threads_asked_are_the_command_lines(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert cpu_load.threads_asked(["trainer.threads=3"]) == 3
     assert cpu_load.threads_asked(["model=A", "trainer.threads=1,4", "+trainer.devices=2"]) == 8
     assert cpu_load.threads_asked(["trainer.threads=2", "trainer.threads=1"]) == 1  # Hydra's last wins
     assert cpu_load.threads_asked(["seed=1"]) == cpu_load.cores()  # torch's default: a thread a core
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # torch's default where it is set
+    assert cpu_load.threads_asked(["seed=1"]) == 1
+    assert cpu_load.threads_asked(["trainer.threads=2"]) == 2
 
 
 @pytest.mark.parametrize(
@@ -70,11 +74,12 @@ def test_threads_asked_are_the_command_lines():
         (["trainer.threads=3"], 0.0, {}, True),  # more threads than cores
         ([], 1.0, {"OMP_WAIT_POLICY": "ACTIVE"}, False),  # the user's policy is kept
         ([], 1.0, {"SLURM_JOB_ID": "7"}, False),  # a SLURM job's CPUs are its own
+        ([], 1.0, {"OMP_NUM_THREADS": "1"}, False),  # torch's default threads set to fit the free core
     ],
 )
 def test_waiting_threads_sleep_where_the_load_leaves_too_few_cores(monkeypatch, argv, others, env, applied):
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
-    monkeypatch.delenv("SLURM_JOB_ID", raising=False)
+    for k in ("OMP_WAIT_POLICY", "SLURM_JOB_ID", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(cpu_load, "cores", lambda: 2)

@@ -73,14 +73,17 @@ def cores() -> int:
 
 def threads_asked(argv: list[str]) -> int:
     """A run's CPU threads as its command line sets them, before its config composes: trainer.threads (a
-    sweep's largest value) times trainer.devices, else torch's default of a thread a core."""
+    sweep's largest value) times trainer.devices, else torch's default: OMP_NUM_THREADS where it is set,
+    else a thread a core."""
 
     def value(key: str) -> int | None:
         given = [a.split("=", 1)[1] for a in argv if a.lstrip("+").split("=", 1)[0] == key]
         numbers = [int(v) for v in given[-1].split(",") if v.strip().isdigit()] if given else []
         return max(numbers) if numbers else None
 
-    return (value("trainer.threads") or cores()) * (value("trainer.devices") or 1)
+    default = os.environ.get("OMP_NUM_THREADS", "").strip()
+    threads = value("trainer.threads") or (int(default) if default.isdigit() and int(default) else cores())
+    return threads * (value("trainer.devices") or 1)
 
 
 def wait_without_spinning(argv: list[str]) -> bool:
