@@ -82,7 +82,7 @@ def threads_asked(argv: list[str]) -> int:
         return max(numbers) if numbers else None
 
     default = os.environ.get("OMP_NUM_THREADS", "").strip()
-    threads = value("trainer.threads") or (int(default) if default.isdigit() and int(default) else cores())
+    threads = value("trainer.threads") or (int(default) if default.isdigit() else 0) or cores()
     return threads * (value("trainer.devices") or 1)
 
 

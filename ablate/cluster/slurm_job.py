@@ -31,6 +31,7 @@ import re
 import signal
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ablate.control import stop
@@ -68,7 +69,7 @@ class Job:
         self.warned: str | None = None
         self.installed = False
 
-    def install(self, early: list[int] | tuple[int, ...] = ()) -> None:
+    def install(self, early: Sequence[int] = ()) -> None:
         """Take the job's signals: the warning times the stop; SIGTERM and SIGUSR1 ask for it (training's
         stop owner, installed now so that a signal before training starts is not lost). `early`: warnings
         that came while the job loaded (slurm_member), timed now as if they came now."""
