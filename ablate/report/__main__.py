@@ -1,7 +1,8 @@
 """python -m ablate.report [table3|metrics|params|dashboard|levelled|<a task's table>] [--task T] [options]
 
 table3 (default)  the Table 3 variations table from result records, with statistics, plots, gap and cost
-metrics           any task's variations table: its declared metrics and perplexity against base (--task)
+metrics           any task's variations table: its declared metrics and perplexity against the reference
+                  row (--task)
 table2, table4    the tables a task declares (translation: test BLEU beside the paper's Table 2; parsing:
                   F1 beside the paper's Table 4); a task outside the package names its own
 params            every row's parameter count at the paper's scale beside the paper's column
@@ -79,13 +80,23 @@ def _parser() -> argparse.ArgumentParser:
         "--plots", default=None, help="folder for PNG plots (default: <out folder>/plots, md only)"
     )
     p.add_argument("--no-plots", action="store_true")
-    p.add_argument("--conf", default=None, help="folder of row YAMLs (default: the project's conf/model)")
+    p.add_argument(
+        "--conf",
+        default=None,
+        help="folder of row YAMLs (default: the study's conf/model, then the package's conf/model)",
+    )
+    p.add_argument(
+        "--reference",
+        default=None,
+        help="the row every other is compared against (default: the study's, study.yaml; else base)",
+    )
     p.add_argument(
         "--preset",
         "--scale",
         dest="preset",
         default=None,
-        help="use records of this preset: 'recipe+scale', or one name where both agree (default: the base's)",
+        help="use records of this preset: 'recipe+scale', or one name where both agree (default: the "
+        "reference row's)",
     )
     p.add_argument("--sweep", default=None, help="use only records of this sweep")
     p.add_argument(
@@ -102,7 +113,10 @@ def _parser() -> argparse.ArgumentParser:
         help="comma-separated seeds for --missing-command (default: seen)",
     )
     p.add_argument(
-        "--seeds-min", type=_positive, default=1, help="compare a row with base only with this many seeds"
+        "--seeds-min",
+        type=_positive,
+        default=1,
+        help="compare a row with the reference only with this many seeds",
     )
     p.add_argument(
         "--average",
@@ -163,15 +177,33 @@ def main(argv: list[str] | None = None) -> int:
     if args.conf is not None and not Path(args.conf).is_dir():
         print(f"error: --conf {args.conf}: no such folder of row files", file=sys.stderr)
         return 2
+    from ablate.config import ConfigError
+    from ablate.config.study import current_study
     from ablate.report.collect import SelectionError, collect
+    from ablate.report.tables import TableError, made
 
     try:
+        study = current_study()
+        reference = args.reference or study.reference
         task, table_fn = _table_of(cmd, args.task)
         coll = collect(
-            results, args.conf, task=task, preset=args.preset, sweep=args.sweep, average=args.average
+            results,
+            _conf_dirs(args.conf, study),
+            task=task,
+            preset=args.preset,
+            sweep=args.sweep,
+            average=args.average,
+            reference=reference,
         )
-        rows = _rows(args.rows, set(coll.rows.models) | set(coll.runs))
-    except SelectionError as e:
+        known = set(coll.rows.models) | set(coll.runs) | _paper_rows(task)
+        rows = _rows(args.rows, known)
+        if args.reference is not None:
+            _rows(args.reference, known, "--reference")
+        if rows is not None and table_fn is not None and cmd != "metrics":
+            raise SelectionError(
+                f"--rows: the table {cmd} has no rows to choose (its rows are not rows x seeds)"
+            )
+    except (SelectionError, ConfigError, TableError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.results is None and args.source == "files":
@@ -184,14 +216,23 @@ def main(argv: list[str] | None = None) -> int:
     from ablate.paper import PaperError
     from ablate.report.decide import LooksError
 
+    if (table_fn is None or cmd == "metrics") and not coll.finished(reference):
+        print(
+            f"warning: the reference row {reference} has no finished records: no row is compared",
+            file=sys.stderr,
+        )
     try:
         if args.missing_command or args.decide_command:
-            return _commands(args, coll, rows, task, cmd, table_fn)
+            return _commands(args, coll, rows, task, cmd, table_fn, study)
         if table_fn is None:
             return _table3(args, coll, rows, task)
-        table, notes = table_fn(coll)
-    except (LooksError, PaperError) as e:  # looks unread: no decision is safe; a paper's file unread
-        print(f"error: {e}", file=sys.stderr)
+        table, notes = (
+            made(cmd, task, table_fn, coll, rows=rows)
+            if cmd == "metrics"
+            else made(cmd, task, table_fn, coll)
+        )
+    except (LooksError, PaperError, TableError) as e:  # looks unread: no decision is safe; a paper's file
+        print(f"error: {e}", file=sys.stderr)  # unread; a task's table that cannot be made
         return 2
     table.notes = notes
     text = render(table, args.format) if args.format != "md" else to_markdown(table)
@@ -228,8 +269,8 @@ def _table_of(cmd: str, task: str | None):
     )
 
 
-def _rows(text: str | None, known: set[str]) -> list[str] | None:
-    """--rows as a list, every name a row file, a paper row or a row of the records."""
+def _rows(text: str | None, known: set[str], flag: str = "--rows") -> list[str] | None:
+    """--rows (or --reference) as a list, every name a row file, a paper row or a row of the records."""
     from ablate.report.collect import SelectionError
 
     if text is None:
@@ -238,10 +279,29 @@ def _rows(text: str | None, known: set[str]) -> list[str] | None:
     unknown = [r for r in rows if r not in known]
     if unknown:
         raise SelectionError(
-            f"--rows {text}: no row {', '.join(repr(r) for r in unknown)} "
+            f"{flag} {text}: no row {', '.join(repr(r) for r in unknown)} "
             f"(rows: {', '.join(sorted(known, key=_row_key))})"
         )
     return rows
+
+
+def _conf_dirs(conf: str | None, study) -> list[Path]:
+    """The row folders a report reads: --conf; else the study's conf/model, then the package's, as
+    Hydra's search path puts a study's config folder before the package's."""
+    from ablate.report.collect import DEFAULT_CONF_MODEL
+
+    if conf is not None:
+        return [Path(conf)]
+    own = study.conf / "model" if study.conf is not None else None
+    return ([own] if own is not None and own.is_dir() else []) + [DEFAULT_CONF_MODEL]
+
+
+def _paper_rows(task: str) -> set[str]:
+    from ablate.report.analysis import paper_of
+    from ablate.tasks import task_of
+
+    table = paper_of(task_of(task))
+    return set(table.figures) if table else set()
 
 
 def _row_key(row: str):
@@ -311,7 +371,7 @@ def _emit(text: str, out: Path | None, quiet: bool) -> None:
         sys.stdout.write(text)
 
 
-def _commands(args, coll, rows: list[str] | None, task: str, cmd: str, table_fn) -> int:
+def _commands(args, coll, rows: list[str] | None, task: str, cmd: str, table_fn, study) -> int:
     """--missing-command and --decide-command: the `ablate.run` command for the cells of the task's
     variations table (table3 or metrics: rows x seeds) that are missing, or that decide its undecided
     rows; a task's own table (table2, table4) prints none, in one line."""
@@ -337,9 +397,10 @@ def _commands(args, coll, rows: list[str] | None, task: str, cmd: str, table_fn)
         task=task_of(task),
     )
     if args.decide_command:
-        decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
+        metrics = [*task_of(task).metrics, PPL]
+        decisions = decide(coll, metrics, read_looks(coll.results_dir), reference=coll.reference)
         return _decide_command(an, decisions, args.results, rows)
-    cmds = missing_commands(an, rows, args.seeds, results_dir=args.results, task=task)
+    cmds = missing_commands(an, rows, args.seeds, results_dir=args.results, task=task, study=study)
     if not cmds:
         # stdout stays empty, so that `$(python -m ablate.report --missing-command)` runs nothing
         print(
@@ -364,7 +425,9 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
         seeds_min=args.seeds_min,
         task=task_of(task),
     )
-    decisions = decide(coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir))
+    decisions = decide(
+        coll, [*task_of(task).metrics, PPL], read_looks(coll.results_dir), reference=coll.reference
+    )
     out = _out_path(args, "table3")
     plot_dir = None
     if args.format == "md" and not args.no_plots:
@@ -421,7 +484,7 @@ def _decide_command(an, decisions, results: str | None, rows: list[str] | None) 
 
     tmpl = an.coll.template()
     over = command_overrides(tmpl, results) if tmpl else []
-    found = decide_command(an.coll, decisions, over, rows)
+    found = decide_command(an.coll, decisions, over, rows, reference=an.reference)
     if found is None:  # the look is made all the same: its decisions stand as it saw them
         record_looks(an.coll.results_dir, looks_made(decisions, an.coll.scale or ""))
         print(

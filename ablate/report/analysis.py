@@ -1,8 +1,8 @@
 """The variations report's analysis, for any task: each row's seeds, for perplexity and every metric the
-task declares its difference to base with a t-test and a hierarchical bootstrap of the metric's summed
-per-sentence statistics (Metric.reduce), Holm's correction across rows, the reading against the task's
-paper (Task.paper_table), and each run's curves read for fit. table3.py renders it (Table 3 is
-translation's); the statistics live in stats.py.
+task declares its difference to the reference row (the study's; the paper's base by default) with a
+t-test and a hierarchical bootstrap of the metric's summed per-sentence statistics (Metric.reduce),
+Holm's correction across rows, the reading against the task's paper (Task.paper_table), and each run's
+curves read for fit. table3.py renders it (Table 3 is translation's); the statistics live in stats.py.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from ablate.config import DEFAULT_TASK, ModelConfig
 from ablate.config.rows import ordered
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
+from ablate.report.render import raised_at
 from ablate.tasks import PPL, Metric, Task, task_of
 
 OPPOSITE = "opposite sign to the paper"
@@ -26,7 +27,7 @@ OPPOSITE = "opposite sign to the paper"
 class Compare:
     metric: str
     better: int = 1  # the sign of an improvement (+1: higher is better)
-    diff: float | None = None  # mean(row) - mean(base) over all finished seeds
+    diff: float | None = None  # mean(row) - mean(reference) over all finished seeds
     ttest: stats.TTest | None = None
     boot: stats.Bootstrap | None = None
     p_t_holm: float = math.nan
@@ -59,8 +60,8 @@ class Compare:
 
     @property
     def improves(self) -> bool:
-        """Better than base with an interval that excludes zero, over at least two seeds per side (only then
-        is a cell bolded: one seed per side compares two checkpoints, not two configurations)."""
+        """Better than the reference with an interval that excludes zero, over at least two seeds per side
+        (only then is a cell bolded: one seed per side compares two checkpoints, not two configurations)."""
         t_ok = self.ttest is None or self.ttest.lo > 0 or self.ttest.hi < 0
         return (
             self.diff is not None
@@ -92,6 +93,8 @@ class RowResult:
     cmp: dict[str, Compare] = field(default_factory=dict)
     paper: dict[str, float | None] | None = None  # the paper's figures by metric name (None: not its row)
     paper_params: float | None = None  # the parameters (millions) the paper prints for the row
+    # seed -> the evaluation a test figure comes from, where the run made none of its own (Run.split_figure)
+    test_from: dict[int, Any] = field(default_factory=dict)
 
     def summary(self, metric: str) -> tuple[float, float, int]:
         return stats.mean_sd(list(self.values[metric].values()))
@@ -154,6 +157,23 @@ class Analysis:
     metrics: tuple[Metric, ...] = (PPL,)  # perplexity, then the task's: the table's columns
     paper: paper.PaperTable | None = None  # the task's paper's table (Task.paper_table)
     task: Task | None = None
+    reference: str = "base"  # the row the others are compared against
+    # (metric label, the error its bootstrap raised) -> the rows it raised on
+    no_bootstrap: dict[tuple[str, str], list[str]] = field(default_factory=dict)
+
+    def unread(self) -> list[str]:
+        """What the analysis could not read, a line each: a bootstrap that raised, and why."""
+        out = []
+        for (label, why), rows in self.no_bootstrap.items():
+            out.append(f"{label}: no bootstrap interval for {', '.join(rows)}: {why}")
+        return out
+
+    def reference_runs(self) -> int:
+        rr = self.get(self.reference)
+        return len(rr.finished) if rr else len(self.coll.finished(self.reference))
+
+    def no_reference(self) -> str:
+        return f"The reference row {self.reference} has no finished records: no row is compared with it."
 
     @property
     def stats_order(self) -> tuple[Metric, ...]:
@@ -198,22 +218,34 @@ def analyse(
     boot_seed: int = 0,
     seeds_min: int = 1,
     task: Task | None = None,
+    reference: str | None = None,
 ) -> Analysis:
-    """Each row's figures, its difference from base with a t-test and a hierarchical bootstrap, and Holm's
-    correction across the rows (per metric and per test), beside the task's paper's figures."""
+    """Each row's figures, its difference from the reference row (`reference`, else the collection's) with
+    a t-test and a hierarchical bootstrap, and Holm's correction across the rows (per metric and per
+    test), beside the task's paper's figures."""
     task = task or task_of(DEFAULT_TASK)
     table = paper_of(task)
-    an = Analysis([], coll, n_boot, [], (PPL, *task.metrics), table, task)
+    ref = reference or coll.reference
+    an = Analysis([], coll, n_boot, [], (PPL, *task.metrics), table, task, ref)
     order = rows or ordered(set(table.figures if table else ()) | set(coll.runs))
     results = [_row_result(an, row) for row in order]
-    base = next((r for r in results if r.row == "base"), None) or _row_result(an, "base")
+    base = next((r for r in results if r.row == ref), None) or _row_result(an, ref)
     base_sent = _sentences(base)
     for rr in results:
-        if rr.row != "base":
+        if rr.row != ref:
             _compare(an, rr, base, base_sent, n_boot, boot_seed, seeds_min)
-    _correct_and_flag(an, [r for r in results if r.row != "base"])
+    _correct_and_flag(an, [r for r in results if r.row != ref])
     an.rows = results
     return an
+
+
+def paper_delta(an: Analysis, row: str, metric: str) -> float | None:
+    """The paper's row minus the paper's reference row (as PaperTable.delta for base); None where the
+    paper has either figure missing, or no table."""
+    if an.paper is None:
+        return None
+    mine, theirs = (an.paper.figures.get(r, {}).get(metric) for r in (row, an.reference))
+    return None if mine is None or theirs is None else round(mine - theirs, 6)
 
 
 def paper_of(task: Task) -> paper.PaperTable | None:
@@ -225,16 +257,20 @@ def paper_of(task: Task) -> paper.PaperTable | None:
 def _row_result(an: Analysis, row: str) -> RowResult:
     coll = an.coll
     runs, finished = coll.runs.get(row, {}), coll.finished(row)
-    keys = {m.name: m.record_key for m in an.metrics} | {an.test_key: an.test_key}
+    keys = {m.name: m.record_key for m in an.metrics}
     values = {
         m: {s: v for s, r in finished.items() if (v := r.metric(key)) is not None} for m, key in keys.items()
     }
+    test = {s: r.split_figure(an.test_key) for s, r in finished.items()}
+    values[an.test_key] = {s: v for s, (v, _) in test.items() if v is not None}
     model = _model_dict(coll, row, runs)
     t = an.paper
     group = t.groups[row] if t and row in t.groups else (model.get("group") or "extra")
     figures = t.figures.get(row) if t else None
     params = t.params.get(row) if t else None
-    return RowResult(row, group, model, runs, finished, values, paper=figures, paper_params=params)
+    rr = RowResult(row, group, model, runs, finished, values, paper=figures, paper_params=params)
+    rr.test_from = {s: e for s, (_, e) in test.items() if e is not None}
+    return rr
 
 
 def _sentences(rr: RowResult) -> dict[int, stats.Sentences]:
@@ -244,8 +280,8 @@ def _sentences(rr: RowResult) -> dict[int, stats.Sentences]:
 
 
 def diff_to_base(rv: dict[int, float], bv: dict[int, float]) -> tuple[float, dict[int, float]]:
-    """The row's mean minus base's over the same seeds (all of base's where the row has seeds base lacks),
-    and the base values that mean is over."""
+    """The row's mean minus the reference's (`bv`) over the same seeds (all of the reference's where the
+    row has seeds it lacks), and the reference values that mean is over."""
     bv_cmp = {s: bv[s] for s in rv} if set(rv) <= set(bv) else bv
     return stats.mean_sd(list(rv.values()))[0] - stats.mean_sd(list(bv_cmp.values()))[0], bv_cmp
 
@@ -253,11 +289,12 @@ def diff_to_base(rv: dict[int, float], bv: dict[int, float]) -> tuple[float, dic
 def _compare(
     an: Analysis, rr: RowResult, base: RowResult, base_sent: dict, n_boot: int, boot_seed: int, seeds_min: int
 ):
-    """rr.cmp[metric]: the row minus base, paired by seed where every seed of the row also ran for base."""
+    """rr.cmp[metric]: the row minus the reference (`base`), paired by seed where every seed of the row also
+    ran for the reference."""
     row_sent = None
     for metric in an.metrics:
         m = metric.name
-        paper_diff = an.paper.delta(rr.row, m) if an.paper else None
+        paper_diff = paper_delta(an, rr.row, m)
         c = rr.cmp[m] = Compare(m, 1 if metric.higher_is_better else -1, paper_diff=paper_diff)
         bv, rv = base.values[m], rr.values[m]
         if not bv or not rv or len(rv) < seeds_min or len(bv) < seeds_min:
@@ -273,12 +310,14 @@ def _compare(
                 c.boot = stats.hierarchical_bootstrap(
                     b, row_sent, metric, n_boot=n_boot, seed=boot_seed, paired=paired
                 )
-            except (ValueError, KeyError, IndexError):  # statistics its reduce cannot read: no bootstrap
+            except Exception as e:  # noqa: BLE001 - a researcher's reduce: its failure is said, not raised
                 c.boot = None
+                an.no_bootstrap.setdefault((metric.label, raised_at(e)), []).append(rr.row)
 
 
 def _correct_and_flag(an: Analysis, compared: list[RowResult]) -> None:
-    """Holm across the rows compared with base, per metric and per test; flag disagreements with the paper."""
+    """Holm across the rows compared with the reference, per metric and per test; flag disagreements with
+    the paper."""
     for m in (metric.name for metric in an.stats_order):
         cs = [r.cmp[m] for r in compared]
         for c, adj in zip(cs, stats.holm([c.ttest.p if c.ttest else None for c in cs]), strict=True):
@@ -295,15 +334,15 @@ def _correct_and_flag(an: Analysis, compared: list[RowResult]) -> None:
 
 def agreement(an: Analysis) -> dict[str, list[str]]:
     """Read by the paper's metric (an.read_by; dev PPL for Table 3): the rows with a paper effect (|paper
-    Δ| at least the metric's negligible), those measured here, those that agree with the paper in sign,
-    those both intervals support, and those that disagree."""
+    Δ| against the reference at least the metric's negligible), those measured here, those that agree with
+    the paper in sign, those both intervals support, and those that disagree."""
     m = an.read_by
     effect = [
         rr
         for rr in an.rows
-        if rr.row != "base"
+        if rr.row != an.reference
         and an.paper is not None
-        and (d := an.paper.delta(rr.row, m.name)) is not None
+        and (d := paper_delta(an, rr.row, m.name)) is not None
         and round(abs(d), 2) >= m.negligible
     ]
     measured = [rr for rr in effect if (c := rr.cmp.get(m.name)) is not None and c.diff is not None]
@@ -371,9 +410,9 @@ def _dev_curve(run: Run) -> dict[int, float]:
 
 
 def gap_to_base(rr: RowResult, base: RowResult) -> dict[int, list[tuple[int, float]]]:
-    """Per seed, the row's dev PPL minus base's run of the same seed at the same step, over the second half
-    of the row's training (the steps both curves hold). Paired by step, the seed's shared data order and
-    evaluation noise cancel; what remains is the rows' difference."""
+    """Per seed, the row's dev PPL minus the reference's (`base`) run of the same seed at the same step,
+    over the second half of the row's training (the steps both curves hold). Paired by step, the seed's
+    shared data order and evaluation noise cancel; what remains is the rows' difference."""
     out = {}
     for seed in sorted(set(rr.finished) & set(base.finished)):
         mine, theirs = _dev_curve(rr.finished[seed]), _dev_curve(base.finished[seed])
@@ -386,8 +425,9 @@ def gap_to_base(rr: RowResult, base: RowResult) -> dict[int, list[tuple[int, flo
 
 def side_of_base(rr: RowResult, base: RowResult) -> tuple[int, int] | None:
     """At how many dev evaluations of the second half of training a row's curve lies on the same side of
-    base's (same seed, same step) as the row's mean ends: (same side, evaluations compared). One final
-    checkpoint can land on either side by noise; a gap that holds at every evaluation is the curves'."""
+    the reference's (`base`; same seed, same step) as the row's mean ends: (same side, evaluations
+    compared). One final checkpoint can land on either side by noise; a gap that holds at every
+    evaluation is the curves'."""
     diff = rr.cmp["ppl"].diff if "ppl" in rr.cmp else None
     gaps = [g for seed_gaps in gap_to_base(rr, base).values() for _, g in seed_gaps]
     if not diff or not gaps:

@@ -41,16 +41,20 @@ MODEL_FIELDS = tuple(f.name for f in fields(ModelConfig))
 # Row configs
 
 
-def load_row_model(path: str | Path) -> ModelConfig:
-    """A row file as Hydra composes it (rows.resolve_row: the rows on its defaults list, then its keys),
-    over ModelConfig's structured defaults (which are base)."""
+def load_row_model(path: str | Path, folders: list[Path] | None = None) -> ModelConfig:
+    """A row file as Hydra composes it (rows.resolve_row: the rows on its defaults list, each from the
+    first of its own folder and `folders` that holds it, then its keys), over ModelConfig's structured
+    defaults (which are the paper's base)."""
     from omegaconf import OmegaConf
 
     path = Path(path)
 
     def load(name: str) -> dict | None:
-        f = path.with_name(f"{name}.yaml")
-        d = OmegaConf.to_container(OmegaConf.load(f), resolve=True) if f.is_file() else None
+        f = next(
+            (d / f"{name}.yaml" for d in [path.parent, *(folders or [])] if (d / f"{name}.yaml").is_file()),
+            None,
+        )
+        d = OmegaConf.to_container(OmegaConf.load(f), resolve=True) if f is not None else None
         if d is not None and not isinstance(d, dict):
             raise ValueError(f"{f}: a row file must be a mapping")
         return d
@@ -67,18 +71,27 @@ class RowConfigs:
     models: dict[str, ModelConfig]
     source: dict[str, str]  # row -> "yaml" | "paper" (conf/model/<row>.yaml missing: the paper's values)
     errors: list[str] = field(default_factory=list)
+    files: dict[str, Path] = field(default_factory=dict)  # row -> its row file (the "yaml" rows)
 
 
-def row_configs(conf_dir: str | Path | None = None) -> RowConfigs:
-    conf_dir = Path(conf_dir) if conf_dir else DEFAULT_CONF_MODEL
+def row_configs(conf_dir: str | Path | list | None = None) -> RowConfigs:
+    """The rows of the row folders `conf_dir` (one folder, or several: the first that holds a row names
+    it, as a study's config folder comes before the package's on Hydra's search path; default: the
+    package's conf/model), then Table 3's rows that no folder holds, by the paper's values."""
+    folders = (
+        [Path(d) for d in conf_dir] if isinstance(conf_dir, list) else [Path(conf_dir or DEFAULT_CONF_MODEL)]
+    )
     models: dict[str, ModelConfig] = {}
     source: dict[str, str] = {}
+    files: dict[str, Path] = {}
     errors: list[str] = []
-    if conf_dir.is_dir():
-        for p in sorted(conf_dir.glob("*.yaml")):
+    for folder in (f for f in folders if f.is_dir()):
+        for p in sorted(folder.glob("*.yaml")):
+            if p.stem in models:
+                continue
             try:
-                models[p.stem] = load_row_model(p)
-                source[p.stem] = "yaml"
+                models[p.stem] = load_row_model(p, folders)
+                source[p.stem], files[p.stem] = "yaml", p
             except Exception as e:  # noqa: BLE001 - a broken row file is reported, not fatal
                 errors.append(f"{p}: unreadable row config ({e.__class__.__name__}: {e})")
     for row, pr in paper.table3().items():
@@ -86,7 +99,7 @@ def row_configs(conf_dir: str | Path | None = None) -> RowConfigs:
             models[row] = ModelConfig(**pr.model_dict())
             source[row] = "paper"
     order = ordered(models)
-    return RowConfigs({r: models[r] for r in order}, {r: source[r] for r in order}, errors)
+    return RowConfigs({r: models[r] for r in order}, {r: source[r] for r in order}, errors, files)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -164,6 +177,20 @@ class Run:
         if v is None and key == "dev_ppl" and self.metrics.get("dev_tokens"):
             v = float(np.exp(self.metrics["dev_nll_sum"] / self.metrics["dev_tokens"]))
         return None if v is None else float(v)
+
+    def split_figure(self, key: str) -> tuple[float | None, Evaluation | None]:
+        """A figure of a split (`test_bleu`): the run's own (Run.metric), else that of its newest
+        evaluation of the whole split by this model alone (`python -m ablate.evaluate RUN --split test`),
+        with that evaluation; (None, None) where neither has it."""
+        own = self.metric(key)
+        if own is not None:
+            return own, None
+        split = key.split("_", 1)[0]
+        for e in reversed(self.evaluations):  # oldest first
+            p = e.protocol
+            if p.split == split and p.until_step is None and not p.members and _is_number(e.metrics.get(key)):
+                return float(e.metrics[key]), e
+        return None, None
 
     def file(self, key: str, default: str) -> Path:
         return self.folder / (self.rec.get("files") or {}).get(key, default)
@@ -264,6 +291,7 @@ class Collection:
     # recipes (Table 4: experiments of one model row) groups these itself
     every: list[Run] = field(default_factory=list)
     duplicates: int = 0  # records of `every` not chosen for their (row, seed) cell
+    reference: str = "base"  # the row every other is compared against (the study's; --reference)
 
     def left_out(self, cells: bool = True) -> list[str]:
         """What a table leaves out, a line a group: a table of cells also every duplicate of a cell."""
@@ -277,11 +305,11 @@ class Collection:
         return {s: r for s, r in sorted(self.runs.get(row, {}).items()) if r.status == "finished"}
 
     def template(self) -> Run | None:
-        """A run whose non-model config stands for all (the base's newest finished, else any)."""
+        """A run whose non-model config stands for all (the reference's newest finished, else any)."""
         cand = [r for by in self.runs.values() for r in by.values()]
         if not cand:
             return None
-        cand.sort(key=lambda r: (r.row != "base", _STATUS_RANK[r.status], _neg_time(r)))
+        cand.sort(key=lambda r: (r.row != self.reference, _STATUS_RANK[r.status], _neg_time(r)))
         return cand[0]
 
 
@@ -323,7 +351,9 @@ class SelectionError(ValueError):
     report refuses in one line instead of writing an empty or a guessed table."""
 
 
-def _select(runs: list[Run], task: str, preset: str | None, sweep: str | None, excluded: list[str]):
+def _select(
+    runs: list[Run], task: str, preset: str | None, sweep: str | None, excluded: list[str], reference: str
+):
     """The records of one table: this task, this sweep (if given), one preset (by default the newest
     sweep's). What is left out gets a line in `excluded`; returns (runs, preset, why that preset)."""
     other_task = [r for r in runs if r.rec.get("task", DEFAULT_TASK) != task]
@@ -348,7 +378,7 @@ def _select(runs: list[Run], task: str, preset: str | None, sweep: str | None, e
             f"(presets: {', '.join(f'{p} ({n})' for p, n in sorted(presets.items()))})"
         )
     if preset is None and presets:
-        preset, why = default_preset(runs)
+        preset, why = default_preset(runs, reference)
     if preset is not None:
         for name, n in sorted(presets.items()):
             if name != preset:
@@ -357,10 +387,10 @@ def _select(runs: list[Run], task: str, preset: str | None, sweep: str | None, e
     return runs, preset, why
 
 
-def default_preset(runs: list[Run]) -> tuple[str, str]:
+def default_preset(runs: list[Run], reference: str = "base") -> tuple[str, str]:
     """(preset, why): the preset of the newest sweep (the sweep of the most recently started record; the
     newest single run where that has no sweep); in a sweep over presets, the one of most of its finished
-    base runs, else of most of its records. Raises SelectionError where that is a tie."""
+    runs of the reference row, else of most of its records. Raises SelectionError where that is a tie."""
     dated = [r for r in runs if r.rec.get("started")]
     if dated:
         newest = max(dated, key=lambda r: str(r.rec["started"]))
@@ -373,15 +403,14 @@ def default_preset(runs: list[Run]) -> tuple[str, str]:
             what = f"the newest run, {newest.rec['run_id']}"
     else:
         members, what = runs, "no record says when it started: all records"
-    base = Counter(r.preset for r in members if r.row == "base" and r.status == "finished")
+    base = Counter(r.preset for r in members if r.row == reference and r.status == "finished")
     counts = (base or Counter(r.preset for r in members)).most_common()
     if len(counts) > 1 and counts[0][1] == counts[1][1]:
         tied = sorted(p for p, n in counts if n == counts[0][1])
-        _ambiguous(
-            runs, f"{what}, with as many {'base runs' if base else 'records'} of {' as of '.join(tied)}"
-        )
+        runs_of = f"{reference} runs" if base else "records"
+        _ambiguous(runs, f"{what}, with as many {runs_of} of {' as of '.join(tied)}")
     if len(counts) > 1:
-        what += f", most {'finished base runs' if base else 'records'} of this preset"
+        what += f", most {f'finished {reference} runs' if base else 'records'} of this preset"
     return counts[0][0], what
 
 
@@ -415,9 +444,10 @@ def collect(
     preset: str | None = None,
     sweep: str | None = None,
     average: int | None = None,
+    reference: str = "base",
 ) -> Collection:
-    """The records of one table; with `average`, dev figures of the evaluations that averaged the last
-    `average` checkpoints (Run.metrics)."""
+    """The records of one table, compared against row `reference`; with `average`, dev figures of the
+    evaluations that averaged the last `average` checkpoints (Run.metrics)."""
     results_dir = Path(results_dir or default_results())
     warnings: list[str] = []
     if not results_dir.exists():
@@ -433,10 +463,10 @@ def collect(
     every = [_run(r, average, warnings) for r in records]
     baselines = [r for r in every if r.rec.get("group") == BASELINE and r.rec.get("task") == task]
     every = [r for r in every if r.rec.get("group") != BASELINE]
-    runs, preset, why = _select(every, task, preset, sweep, excluded)
+    runs, preset, why = _select(every, task, preset, sweep, excluded, reference)
     chosen, duplicates = _one_per_cell(runs, rows)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
-    base = next(iter(chosen.get("base", {}).values()), None)
+    base = next(iter(chosen.get(reference, {}).values()), None)
     tmpl = base or next((r for by in chosen.values() for r in by.values()), None)
     return Collection(
         runs=chosen,
@@ -453,4 +483,5 @@ def collect(
         average=average,
         baselines=[r for r in baselines if r.status == "finished"],
         every=runs,
+        reference=reference,
     )

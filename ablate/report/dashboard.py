@@ -1,9 +1,10 @@
 """A W&B Report for one experiment (its W&B group), built with W&B's own reports API
 (wandb_workspaces.reports.v2): a table of contents; the Markdown Table 3 (paper beside ours, the paper's
-claims checked); final dev PPL per row beside the paper's, and the report run's table with the Δ to base;
-parameters against dev PPL; parallel coordinates from the settings that trained to dev PPL; final dev
-BLEU; the report's plots; and one panel grid per Table 3 group holding base too, with its dev PPL curves
-and a run comparer against base. BLEU is plotted where it exists: once per run, at the end of training.
+claims checked); final dev PPL per row beside the paper's, and the report run's table with the Δ to the
+reference row (the study's; the paper's base by default); parameters against dev PPL; parallel
+coordinates from the settings that trained to dev PPL; final dev BLEU; the report's plots; and one panel
+grid per Table 3 group holding the reference's group too, with its dev PPL curves and a run comparer
+against the reference. BLEU is plotted where it exists: once per run, at the end of training.
 
 Online it is saved to W&B; offline its spec (the library's own model, as JSON) is written to a file, with the
 commands that publish it once the offline runs are synced.
@@ -102,6 +103,11 @@ def table3_groups(records: list[dict]) -> list[str]:
     return sorted({r["group"] for r in records if r.get("group")}, key=group_order)
 
 
+def reference_group(records: list[dict], reference: str) -> str:
+    """The group of the reference row's runs (the row's own name where none ran)."""
+    return next((str(r["group"]) for r in records if r.get("row") == reference and r.get("group")), reference)
+
+
 def _runset(entity: str, project: str, name: str, *filters) -> wr.Runset:
     return wr.Runset(entity=entity, project=project, name=name, filters=expr.And(*filters))
 
@@ -144,12 +150,18 @@ def curves(records: list[dict]) -> tuple[tuple[str, str], ...]:
 
 
 def _group_grid(
-    entity: str, project: str, group: str, table3_group: str, keys: tuple[tuple[str, str], ...]
+    entity: str,
+    project: str,
+    group: str,
+    table3_group: str,
+    keys: tuple[tuple[str, str], ...],
+    reference: tuple[str, str] = ("base", "base"),
 ) -> wr.PanelGrid:
-    """A Table 3 group's rows with base, the reference their differences are read against: their curves,
-    then a run comparer."""
-    rows = [table3_group] if table3_group == "base" else [table3_group, "base"]
-    runset = _runset(entity, project, f"group {table3_group} and base", *_train_filters(group, rows))
+    """A Table 3 group's rows with the reference row (`reference`: its row and its group), which their
+    differences are read against: their curves, then a run comparer."""
+    row, ref_group = reference
+    rows = [table3_group] if table3_group == ref_group else [table3_group, ref_group]
+    runset = _runset(entity, project, f"group {table3_group} and {row}", *_train_filters(group, rows))
     panels = [_curve(key, title, 12 * i) for i, (key, title) in enumerate(keys)]
     at = wr.Layout(x=12 * len(keys) % 24, y=8 * (len(keys) // 2), w=12, h=8)
     panels.append(wr.RunComparer(diff_only=True, layout=at))
@@ -185,12 +197,14 @@ def _ablation_grid(entity: str, project: str, group: str) -> wr.PanelGrid:
 
 
 def build_report(
-    records: list[dict], entity: str, project: str, sweep: str, table_markdown: str
+    records: list[dict], entity: str, project: str, sweep: str, table_markdown: str, reference: str = "base"
 ) -> wr.Report:
-    """The sweep's report. `entity` is passed on as given ("" when unknown offline): left out, the library
-    would ask the server for the default entity."""
+    """The sweep's report, its differences against row `reference`. `entity` is passed on as given (""
+    when unknown offline): left out, the library would ask the server for the default entity."""
     records = sweep_records(records, sweep)
     group, groups = wandb_group(records, sweep), table3_groups(records)
+    ref = (reference, reference_group(records, reference))
+    compared = table3_groups([r for r in records if r.get("row") != reference])
     report_run = _runset(
         entity, project, "report run", expr.Metric("Group") == group, expr.Metric("JobType") == "report"
     )
@@ -199,12 +213,13 @@ def build_report(
         wr.TableOfContents(),
         wr.MarkdownBlock(
             text=f"Runs of W&B group `{group}` in project `{project}`: Table 3 beside the paper with the "
-            "paper's claims checked, each row's final dev PPL beside the paper's and its Δ to base, what "
-            "trained against dev PPL, the report's plots, and each Table 3 group's curves beside base."
+            f"paper's claims checked, each row's final dev PPL beside the paper's and its Δ to {reference}, "
+            f"what trained against dev PPL, the report's plots, and each Table 3 group's curves beside "
+            f"{reference}."
         ),
         wr.H2(text="Table 3 and the paper's claims"),
         wr.MarkdownBlock(text=table_markdown),
-        wr.H2(text="Rows against base and the paper"),
+        wr.H2(text=f"Rows against {reference} and the paper"),
         wr.PanelGrid(
             runsets=[report_run],
             panels=[wr.WeavePanelSummaryTable(table_name=TABLE, layout=wr.Layout(x=0, y=0, w=24, h=12))],
@@ -214,12 +229,16 @@ def build_report(
         wr.PanelGrid(
             runsets=[report_run],
             panels=[
-                wr.MediaBrowser(title="plots", media_keys=plot_titles(groups), layout=wr.Layout(0, 0, 24, 12))
+                wr.MediaBrowser(
+                    title="plots",
+                    media_keys=plot_titles(compared, reference=reference),
+                    layout=wr.Layout(0, 0, 24, 12),
+                )
             ],
         ),
     ]
     for g in groups:
-        blocks += [wr.H2(text=f"Group {g}"), _group_grid(entity, project, group, g, curves(records))]
+        blocks += [wr.H2(text=f"Group {g}"), _group_grid(entity, project, group, g, curves(records), ref)]
     return wr.Report(
         project=project,
         entity=entity,
@@ -302,14 +321,14 @@ def offline_folders(records: list[dict]) -> list[Path]:
     return sorted(set(runs)) + report_run_folders()
 
 
-def _table_markdown(results: Path, sweep: str, task: str) -> str:
+def _table_markdown(results: Path, sweep: str, task: str, reference: str = "base") -> str:
     """The text `python -m ablate.report` writes for the sweep, without the plot images (a W&B Markdown
     block cannot reach local files)."""
     from ablate.report import table3 as t3
     from ablate.report.analysis import analyse
     from ablate.report.collect import collect
 
-    coll = collect(results, None, task=task, sweep=sweep)
+    coll = collect(results, None, task=task, sweep=sweep, reference=reference)
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     return t3.table3_markdown(analyse(coll), {}, None)
@@ -323,6 +342,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default=default_results(), help="folder of run folders with record.json")
     p.add_argument("--sweep", default=None, help="the sweep (default: the newest among the records)")
     p.add_argument("--task", default=DEFAULT_TASK, help="the task whose runs it shows")
+    p.add_argument(
+        "--reference", default=None, help="the row the others are compared against (default: the study's)"
+    )
     p.add_argument("--entity", default=None, help="W&B entity (default: the runs' logger.entity, else yours)")
     p.add_argument("--project", default=None, help="W&B project (default: the runs' logger.project)")
     p.add_argument("--out", default=DEFAULT_OUT, help="the report's spec (JSON)")
@@ -348,7 +370,15 @@ def main(argv: list[str] | None = None) -> int:
     logger = chosen[0].get("config", {}).get("logger", {})
     project = args.project or project_of(logger.get("project") or LoggerConfig().project)
     entity = args.entity or logger.get("entity") or os.environ.get("WANDB_ENTITY") or ""
-    markdown = _table_markdown(Path(args.results), sweep, args.task)
+    from ablate.config import ConfigError
+    from ablate.config.study import current_study
+
+    try:
+        reference = args.reference or current_study().reference
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    markdown = _table_markdown(Path(args.results), sweep, args.task, reference)
 
     from ablate.records.tracking import WandbUnreachable
 
@@ -358,8 +388,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if mode == "online":
-        return _online(chosen, entity, project, sweep, markdown, args.out)
-    report = build_report(chosen, entity, project, sweep, markdown)
+        return _online(chosen, entity, project, sweep, markdown, args.out, reference)
+    report = build_report(chosen, entity, project, sweep, markdown, reference)
     out = write_spec(report, args.out)
     print(f"[ablate] W&B {mode}: {why}. Report spec: {out}")
     if not report_run_folders():  # the table panel reads the sweep's report run
@@ -374,7 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _online(records: list[dict], entity: str, project: str, sweep: str, markdown: str, out: str) -> int:
+def _online(
+    records: list[dict],
+    entity: str,
+    project: str,
+    sweep: str,
+    markdown: str,
+    out: str,
+    reference: str = "base",
+) -> int:
     import wandb
 
     api = wandb.Api()
@@ -383,7 +421,7 @@ def _online(records: list[dict], entity: str, project: str, sweep: str, markdown
         print(f"error: {problem}; sync the runs first, then run this again:", file=sys.stderr)
         print("  " + shlex.join(["wandb", "sync", *map(str, offline_folders(records))]), file=sys.stderr)
         return 1
-    report = build_report(records, entity, project, sweep, markdown)
+    report = build_report(records, entity, project, sweep, markdown, reference)
     write_spec(report, out)
     try:
         url = publish(report)

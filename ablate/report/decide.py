@@ -252,14 +252,15 @@ def decide(
     power: float = POWER,
     cap: int = CAP,
     delta: dict[str, float] | None = None,
+    reference: str = "base",
 ) -> list[Decision]:
-    """Every row's decision against base for each metric (see the module's docstring)."""
+    """Every row's decision against `reference` for each metric (see the module's docstring)."""
     delta = delta or {}
     out = []
     for m in metrics:
         values = {row: _values(coll.finished(row), m) for row in coll.runs}
         design = Design(m, coll.scale or "", looks, alpha, power, cap, delta.get(m.name))
-        for d in decide_values(values, design):
+        for d in decide_values(values, design, reference=reference):
             out.append(replace(d, cost_s=_cost(coll, d)) if d.needed else d)
     return out
 
@@ -269,20 +270,23 @@ def _values(runs: dict, m: Metric) -> dict[int, float]:
 
 
 def decide_values(
-    values: Mapping[str, Mapping[int, float]], design: Design, pool_over: Mapping | None = None
+    values: Mapping[str, Mapping[int, float]],
+    design: Design,
+    pool_over: Mapping | None = None,
+    reference: str = "base",
 ) -> list[Decision]:
     """The decisions of one metric over a table {row: {seed: value}} against its row "base", the seed
     variance pooled over `pool_over` (a whole table of which `values` compares a part) or `values`."""
-    base = values.get("base", {})
+    base = values.get(reference, {})
     table = values if pool_over is None else pool_over
     pool = pooled([list(v.values()) for v in table.values()])
     seen = [v for by in table.values() for v in by.values()]
     span = max(seen) - min(seen) if seen else math.inf
     flags = _flags(table)
     out = []
-    for row in (r for r in values if r != "base"):
+    for row in (r for r in values if r != reference):
         d = _one(design, row, base, values[row], pool)
-        flag = "; ".join(f for f in (flags.get(row), flags.get("base")) if f)
+        flag = "; ".join(f for f in (flags.get(row), flags.get(reference)) if f)
         out.append(replace(d, span=span or math.inf, flag=flag))
     return out
 
@@ -406,7 +410,11 @@ class Next:
 
 
 def next_seeds(
-    decisions: Sequence[Decision], preset: str, have: Mapping[str, int], only: Sequence[str] | None = None
+    decisions: Sequence[Decision],
+    preset: str,
+    have: Mapping[str, int],
+    only: Sequence[str] | None = None,
+    reference: str = "base",
 ) -> Next | None:
     """The rows (of `only`, where given) and the seeds a side that decide the undecided rows, or that
     compare the rows not compared yet (a second seed of base and of each of them); `have` is each row's
@@ -419,19 +427,19 @@ def next_seeds(
     if undecided:
         rows = list(dict.fromkeys(d.row for d in undecided))
         n = max(d.needed for d in undecided)  # a Hydra sweep is a product: rows that need fewer get n too
-        return Next(["base", *rows], n, f"{n} seeds a side decide {', '.join(rows)}", looks)
+        return Next([reference, *rows], n, f"{n} seeds a side decide {', '.join(rows)}", looks)
     apart = list(dict.fromkeys(d.row for d in mine if d.state == "not compared"))
     if not apart:
         return None
-    thin = [r for r in ["base", *apart] if have.get(r, 0) < 2]
-    lacking = [r for r in ["base", *apart] if have.get(r, 0) == 0]
+    thin = [r for r in [reference, *apart] if have.get(r, 0) < 2]
+    lacking = [r for r in [reference, *apart] if have.get(r, 0) == 0]
     reason = (
         f"no finished seed of {', '.join(lacking)}"
         if lacking
         else "no row has two seeds, so the seed variance is unknown"
     )
     why = f"not compared: {', '.join(apart)} ({reason}); this brings to two seeds: {', '.join(thin)}"
-    return Next(["base", *apart], 2, why, looks)
+    return Next([reference, *apart], 2, why, looks)
 
 
 def looks_made(decisions: Sequence[Decision], preset: str) -> list[Look]:
@@ -447,22 +455,26 @@ def _look(preset: str, d: Decision) -> Look:
 
 
 def decide_command(
-    coll: Collection, decisions: list[Decision], overrides: list[str], only: Sequence[str] | None = None
+    coll: Collection,
+    decisions: list[Decision],
+    overrides: list[str],
+    only: Sequence[str] | None = None,
+    reference: str = "base",
 ) -> tuple[str, list[Look], str] | None:
     """The one `python -m ablate.run` that trains what `next_seeds` asks (the sweep skips the seeds already
     finished; the same seeds for every row: pairs), the looks it makes and why, or None."""
     have = {row: len(coll.finished(row)) for row in coll.runs}
-    nxt = next_seeds(decisions, coll.scale or "", have, only)
+    nxt = next_seeds(decisions, coll.scale or "", have, only, reference)
     if nxt is None:
         return None
     order = list(coll.runs)
-    rows = sorted(set(nxt.rows) - {"base"}, key=lambda r: order.index(r) if r in order else len(order))
-    seeds = sorted({s for row in ["base", *rows] for s in coll.finished(row)})
+    rows = sorted(set(nxt.rows) - {reference}, key=lambda r: order.index(r) if r in order else len(order))
+    seeds = sorted({s for row in [reference, *rows] for s in coll.finished(row)})
     while len(seeds) < nxt.seeds:
         seeds.append(max(seeds, default=0) + 1)
     cmd = [
         "python -m ablate.run -m",
-        f"model={','.join(['base', *rows])}",
+        f"model={','.join([reference, *rows])}",
         f"seed={','.join(map(str, seeds))}",
     ]
     return " ".join([*cmd, *overrides]), nxt.looks, nxt.why

@@ -1,6 +1,7 @@
 """Any task's variations table (`python -m ablate.report metrics --task T`): each row's finished seeds,
 and for perplexity and every dev metric the task declares, its mean ± sd, the seed-level 95% t interval,
-its difference to base with the 95% interval of the pooled t, and the planner's decision at this look
+its difference to the reference row (the study's; the paper's base by default) with the 95% interval of the
+pooled t, and the planner's decision at this look
 (report/decide.py): one verdict per row and metric."""
 
 from __future__ import annotations
@@ -14,16 +15,23 @@ from ablate.report.render import Table, fnum
 from ablate.tasks import PPL, Metric, Task
 
 
-def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
+def metrics_table(
+    coll: Collection, task: Task, rows: list[str] | None = None, reference: str | None = None
+) -> tuple[Table, list[str]]:
+    """The table of `rows` (default: every row of the records) against row `reference` (default: the
+    collection's)."""
+    ref = reference or coll.reference
     metrics = (*task.metrics, PPL)
     models = _models(coll)
     cols = ["row", "seeds"] + (["model", "params"] if models else [])
     for m in metrics:
-        cols += [f"{m.label} dev", "95% interval", "Δ base", "Δ 95% interval", "decision"]
-    decisions = decide(coll, metrics, read_looks(coll.results_dir))
+        cols += [f"{m.label} dev", "95% interval", f"Δ {ref}", "Δ 95% interval", "decision"]
+    decisions = decide(coll, metrics, read_looks(coll.results_dir), reference=ref)
     by = {(d.row, d.metric.name): d for d in decisions}
+    shown = list(coll.runs) if rows is None else rows
+    decisions = [d for d in decisions if d.row in shown]
     body = []
-    for row in coll.runs:
+    for row in shown:
         runs = coll.finished(row)
         stale = any(r.stale for r in runs.values())
         cells: list[Any] = [row + (" †" if stale else ""), len(runs), *models.get(row, ())]
@@ -41,18 +49,19 @@ def metrics_table(coll: Collection, task: Task) -> tuple[Table, list[str]]:
             f"{m.label}: {m.accumulates}; {'higher' if m.higher_is_better else 'lower'} is better."
             for m in metrics
         ),  # fmt: skip
-        "mean ± sd over finished seeds; 95% interval: Student's t over seeds (none for one seed); Δ base: "
-        "mean of the row less base's, its 95% interval by the t on the seed variance pooled over the rows; "
+        f"mean ± sd over finished seeds; 95% interval: Student's t over seeds (none for one seed); Δ {ref}: "
+        f"mean of the row less {ref}'s, its 95% interval by the t on the seed variance pooled over the rows; "
         "decision: the planner's at this look (docs/planner.md), below in full.",
         *(
             f"† stale: {row} seed {s}: {'; '.join(r.stale)}"
             for row, by in coll.runs.items()
+            if row in shown
             for s, r in by.items()
             if r.stale
         ),  # fmt: skip
         *(f"decision: {d.text()}" for d in decisions if d.state != "not compared"),
     ]
-    title = f"Variations of task {task.name}: dev figures against base"
+    title = f"Variations of task {task.name}: dev figures against {ref}"
     align = "lr" + "lr" * bool(models) + "rlrlc" * len(metrics)
     return Table(cols, body, align=align, title=title), notes
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shlex
 import sys
 from dataclasses import asdict, fields
+from pathlib import Path
 from typing import Any
 
 from ablate.config import (
@@ -18,19 +19,27 @@ from ablate.config import (
     TrainerConfig,
     default_results,
 )
+from ablate.config.study import Study
 from ablate.records.identity import NOT_IDENTITY
 from ablate.report.analysis import Analysis
 from ablate.report.collect import DEFAULT_CONF_MODEL, Collection, Run
 
+PACKAGE = Path(__file__).resolve().parents[1]  # the ablate package: its tasks' papers are this paper's
+
 
 def missing_cells(
-    an: Analysis, rows: list[str] | None = None, seeds: list[int] | None = None, task: str = DEFAULT_TASK
+    an: Analysis,
+    rows: list[str] | None = None,
+    seeds: list[int] | None = None,
+    task: str = DEFAULT_TASK,
+    study: Study | None = None,
 ) -> dict[tuple[str, int], str]:
-    """(row, seed) -> 'missing', 'stale' or the unfinished run's status, for the requested rows x seeds. A
-    run whose SLURM job waits to be requeued is listed too: running the command while it waits is safe
-    (the run's lock lets one process at a time train it, the other skips it)."""
+    """(row, seed) -> 'missing', 'stale' or the unfinished run's status, for the requested rows x seeds
+    (default: the study's rows, table_rows). A run whose SLURM job waits to be requeued is listed too:
+    running the command while it waits is safe (the run's lock lets one process at a time train it, the
+    other skips it)."""
     coll = an.coll
-    rows = rows or table_rows(coll, task)
+    rows = rows or table_rows(coll, task, study)
     seeds = seeds or coll.seeds() or [1]
     out = {}
     for row in rows:
@@ -46,21 +55,45 @@ def missing_cells(
     return out
 
 
-def table_rows(coll: Collection, task: str = DEFAULT_TASK) -> list[str]:
-    """The rows of a task's table: its paper's (Task.paper_figures: Table 3's for translation), else base,
-    the rows of its records and the researcher's own row files (--conf, those the project does not have)."""
+def table_rows(coll: Collection, task: str = DEFAULT_TASK, study: Study | None = None) -> list[str]:
+    """The rows of a task's table in `study` (default: the package's own): the rows of its paper's table
+    (Task.paper_table) where that paper is the study's (the package's own study, whose paper is Table 3;
+    a task outside the package, whose paper is its own); else the reference row, the rows of the records
+    and the study's own row files (those of the row folders the package does not have: the study's
+    conf/model, or --conf)."""
     from ablate.tasks import task_of
 
+    study = study or Study()
     paper_rows = list(task_of(task).paper_figures())
-    if paper_rows:
+    path = task_of(task).paper_file("paper_table")
+    if paper_rows and (study.root is None or not path.resolve().is_relative_to(PACKAGE)):
         return paper_rows
-    theirs = {
-        row
-        for row, source in coll.rows.source.items()
-        if source == "yaml" and not (DEFAULT_CONF_MODEL / f"{row}.yaml").is_file()
-    }
-    wanted = {"base", *coll.runs, *theirs}
+    theirs = {row for row in coll.rows.files if not (DEFAULT_CONF_MODEL / f"{row}.yaml").is_file()}
+    wanted = {coll.reference, *coll.runs, *theirs}
     return [row for row in coll.rows.models if row in wanted] + sorted(wanted - set(coll.rows.models))
+
+
+def unfiled_rows(coll: Collection, rows: list[str], task: str = DEFAULT_TASK) -> dict[str, str]:
+    """{row: why} for the rows no row file defines, in the row folders the report read, the package's, or
+    the config folders the records were launched with: a command naming them would stop at once (Hydra:
+    "Could not find 'model/<row>'")."""
+    from ablate.tasks import task_of
+
+    tmpl = coll.template()
+    launch = tmpl.rec.get("launch") if tmpl is not None else None
+    searched = [str(p) for p in (launch or {}).get("searchpath") or [] if isinstance(launch, dict)]
+    folders = [Path(p.removeprefix("file://")) / "model" for p in searched if p.startswith("file://")]
+    path = task_of(task).paper_file("paper_table")
+    paper = set(task_of(task).paper_figures())
+    out = {}
+    for row in rows:
+        if row in coll.rows.files or any(
+            (f / f"{row}.yaml").is_file() for f in [DEFAULT_CONF_MODEL, *folders]
+        ):
+            continue
+        what = f"a row of the paper's table ({path.name})" if row in paper and path else "a row"
+        out[row] = f"{what} with no row file (model/{row}.yaml in the study's conf folder)"
+    return out
 
 
 def command_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
@@ -145,13 +178,17 @@ def missing_commands(
     seeds: list[int] | None = None,
     results_dir: str | None = None,
     task: str = DEFAULT_TASK,
+    study: Study | None = None,
 ) -> list[str]:
     """One `python -m ablate.run -m` per set of rows needing the same seeds: exactly the missing, failed or
-    stale cells (stale ones are rerun with resume=false)."""
-    cells = missing_cells(an, rows, seeds, task)
+    stale cells (stale ones are rerun with resume=false) of the study's rows (table_rows); a row no file
+    defines, or that the preset cannot hold, is a line on stderr instead."""
+    cells = missing_cells(an, rows, seeds, task, study)
     tmpl = an.coll.template()
     over = command_overrides(tmpl, results_dir)
-    refused = refused_rows(an, tmpl, sorted({row for row, _ in cells}))
+    wanted = list(dict.fromkeys(row for row, _ in cells))
+    refused = unfiled_rows(an.coll, wanted, task)
+    refused |= refused_rows(an, tmpl, sorted(set(wanted) - set(refused)))
     for row, why in refused.items():
         print(f"skipped {row}: {why}", file=sys.stderr)
     cells = {cell: why for cell, why in cells.items() if cell[0] not in refused}

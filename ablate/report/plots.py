@@ -1,5 +1,6 @@
 """Figures for the report (matplotlib, Agg backend, PNG): dev PPL curves per group with each row's
-difference to base, and a forest plot of the differences to base of each metric (the task's, then PPL)."""
+difference to the reference row (the black dashed line), and a forest plot of the differences to the
+reference of each metric (the task's, then PPL)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,8 @@ def _curve(rr: RowResult, key: str = "dev_ppl") -> tuple[np.ndarray, np.ndarray,
 
 
 def _gap_curve(rr: RowResult, base: RowResult) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """Steps, mean and (min, max) over seeds of the row's dev PPL minus base's (same seed, same step)."""
+    """Steps, mean and (min, max) over seeds of the row's dev PPL minus the reference's (`base`; same
+    seed, same step)."""
     per_seed = [dict(g) for g in gap_to_base(rr, base).values()]
     if not per_seed:
         return None
@@ -63,17 +65,18 @@ def _band(ax, x, mean, band, label: str, **style) -> None:
         ax.fill_between(x, band[0], band[1], alpha=0.2, color=line.get_color())
 
 
-def _group_figure(plt, g: str, rows: list[RowResult], base: RowResult | None):
-    """Left: dev PPL against steps (log). Right, where base shares steps with a row: the row's dev PPL minus
-    base's over the second half of its training, where the rows' differences are read."""
+def _group_figure(plt, g: str, rows: list[RowResult], base: RowResult | None, ref: str):
+    """Left: dev PPL against steps (log). Right, where the reference (`base`, row `ref`) shares steps with
+    a row: the row's dev PPL minus the reference's over the second half of its training, where the rows'
+    differences are read."""
     curves = [(rr, c) for rr in rows if (c := _curve(rr)) is not None]
-    if not any(rr.row != "base" for rr, _ in curves):
+    if not any(rr.row != ref for rr, _ in curves):
         return None
-    gaps = [(rr, c) for rr in rows if base and rr.row != "base" and (c := _gap_curve(rr, base)) is not None]
+    gaps = [(rr, c) for rr in rows if base and rr.row != ref and (c := _gap_curve(rr, base)) is not None]
     fig, axes = plt.subplots(1, 2 if gaps else 1, figsize=(11 if gaps else 6, 4), squeeze=False)
     ax = axes[0][0]
     for rr, (x, mean, band) in curves:
-        style = {"color": "black", "linestyle": "--"} if rr.row == "base" else {"color": _color(rows, rr)}
+        style = {"color": "black", "linestyle": "--"} if rr.row == ref else {"color": _color(rows, rr, ref)}
         _band(ax, x, mean, band, f"{rr.row} (n={len(rr.finished) or len(rr.runs)})", **style)
     ax.set_xlabel("step")
     ax.set_ylabel("dev perplexity (per wordpiece)")
@@ -83,44 +86,48 @@ def _group_figure(plt, g: str, rows: list[RowResult], base: RowResult | None):
     if gaps:
         ax = axes[0][1]
         for rr, (x, mean, band) in gaps:
-            _band(ax, x, mean, band, rr.row, color=_color(rows, rr))
+            _band(ax, x, mean, band, rr.row, color=_color(rows, rr, ref))
         ax.axhline(0, color="black", linestyle="--", lw=1)
         ax.set_xlabel("step")
-        ax.set_ylabel("dev PPL minus base's (same seed, same step)")
-        ax.set_title("second half of training: the difference to base", fontsize=10)
+        ax.set_ylabel(f"dev PPL minus {ref}'s (same seed, same step)")
+        ax.set_title(f"second half of training: the difference to {ref}", fontsize=10)
         ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 
 
-def _color(rows: list[RowResult], rr: RowResult) -> str:
-    """One colour per row in both panels (base is the black dashed line)."""
-    others = [r.row for r in rows if r.row != "base"]
+def _color(rows: list[RowResult], rr: RowResult, ref: str) -> str:
+    """One colour per row in both panels (the reference `ref` is the black dashed line)."""
+    others = [r.row for r in rows if r.row != ref]
     return f"C{others.index(rr.row) % 10}"
 
 
 # The plots' titles: the keys `python -m ablate.report --wandb` logs them under (the dashboard shows them).
-FOREST_TITLE = "{} difference to base per row"
+FOREST_TITLE = "{} difference to {} per row"
 CURVES_TITLE = "dev PPL vs steps, group {}"
 
 
-def plot_titles(groups: list[str], labels: tuple[str, ...] = ("BLEU", "PPL")) -> list[str]:
-    """The titles make_plots gives, for a table of these groups and metrics (Table 3's by default)."""
-    forest = [FOREST_TITLE.format(m) for m in labels]
-    return forest + [CURVES_TITLE.format(g) for g in groups if g != "base"]
+def plot_titles(
+    groups: list[str], labels: tuple[str, ...] = ("BLEU", "PPL"), reference: str = "base"
+) -> list[str]:
+    """The titles make_plots gives, for a table of these groups (those of rows other than the reference)
+    and metrics (Table 3's by default), against row `reference`."""
+    forest = [FOREST_TITLE.format(m, reference) for m in labels]
+    return forest + [CURVES_TITLE.format(g) for g in groups]
 
 
 def ppl_curves(an: Analysis, out_dir: Path) -> dict[str, Path]:
     plt = _plt()
     out: dict[str, Path] = {}
-    base = an.get("base")
+    ref = an.reference
+    base = an.get(ref)
     groups: dict[str, list[RowResult]] = {}
     for rr in an.rows:
-        if rr.row != "base":
+        if rr.row != ref:
             groups.setdefault(rr.group, []).append(rr)
     order = [g for g in paper.GROUP_ORDER if g in groups] + sorted(set(groups) - set(paper.GROUP_ORDER))
     for g in order:
-        fig = _group_figure(plt, g, ([base] if base else []) + groups[g], base)
+        fig = _group_figure(plt, g, ([base] if base else []) + groups[g], base, ref)
         if fig is None:
             continue
         path = out_dir / f"ppl_curves_{g}.png"
@@ -132,10 +139,9 @@ def ppl_curves(an: Analysis, out_dir: Path) -> dict[str, Path]:
 
 def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]:
     plt = _plt()
-    base = an.get("base")
-    rows = [
-        rr for rr in an.rows if rr.row != "base" and rr.cmp.get(metric) and rr.cmp[metric].diff is not None
-    ]
+    ref = an.reference
+    base = an.get(ref)
+    rows = [rr for rr in an.rows if rr.row != ref and rr.cmp.get(metric) and rr.cmp[metric].diff is not None]
     if not rows or base is None:
         return {}
     fig, ax = plt.subplots(figsize=(7, 0.35 * len(rows) + 1.5))
@@ -152,7 +158,7 @@ def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]
         ax.plot(
             [c.diff], [yi], "o", color=color, ms=6, label="ours: mean Δ, interval" if yi == y[0] else None
         )
-        # per-seed points: paired difference where base has the seed, else difference to base's mean
+        # per-seed points: paired difference where the reference has the seed, else to its mean
         pts = [v - base_vals.get(s, base_mean) for s, v in rr.values[metric].items()]
         ax.plot(
             pts,
@@ -169,14 +175,14 @@ def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]
         prev_group = rr.group
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(y, [_label(rr) for rr in rows])
-    ax.set_xlabel(f"{metric.upper()} (dev) difference to base")
-    ax.set_title(f"{plot_prefix(an)}: {metric.upper()} Δ vs base (95% interval)")
+    ax.set_xlabel(f"{metric.upper()} (dev) difference to {ref}")
+    ax.set_title(f"{plot_prefix(an)}: {metric.upper()} Δ vs {ref} (95% interval)")
     ax.legend(fontsize=7, loc="best")
     fig.tight_layout()
     path = out_dir / f"forest_{metric}.png"
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return {FOREST_TITLE.format(metric.upper()): path}
+    return {FOREST_TITLE.format(metric.upper(), ref): path}
 
 
 def make_plots(an: Analysis, out_dir: str | Path) -> dict[str, Path]:

@@ -7,6 +7,7 @@ import io
 import json
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 FORMATS = ("md", "csv", "json", "latex")
@@ -177,3 +178,29 @@ def fduration(s: float | None) -> str:
     if s < 7200:
         return f"{s / 60:.1f}min"
     return f"{s / 3600:.1f}h"
+
+
+def raised_at(e: BaseException, whole: bool = False, ours: bool = True) -> str:
+    """'<type>: <first line> (at <file>:<line>)': where a researcher's code raised it, the innermost frame
+    outside the ablate package and Python's libraries (else, with `ours`, outside the libraries); a report
+    names the file alone (`whole`: its path, for a line on the terminal), as it names no machine's
+    folder."""
+    import sysconfig
+    import traceback
+
+    from ablate.errors import typed_line
+
+    if isinstance(e, SyntaxError) and e.filename:
+        frames = [(e.filename, e.lineno)]
+    else:
+        frames = [(f.filename, f.lineno) for f in traceback.extract_tb(e.__traceback__)]
+    paths = sysconfig.get_paths()
+    libraries = tuple({paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+    package = str(Path(__file__).resolve().parents[1])
+    theirs = [(f, n) for f, n in frames if not f.startswith(libraries) and not f.startswith("<")]
+    own = [(f, n) for f, n in theirs if not str(Path(f).resolve()).startswith(package)]
+    own = own or (theirs if ours else [])
+    if not own:
+        return typed_line(e)
+    name, line = own[-1]
+    return f"{typed_line(e)} (at {name if whole else Path(name).name}:{line})"

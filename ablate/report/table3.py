@@ -1,7 +1,7 @@
 """The variations report rendered, for any task (Table 3 is translation's, with its paper's claims): the
-main table (the task's paper beside ours), the statistics against base for every declared metric, the
-reading against the paper with each disagreement's evidence, fit and cost, as Markdown or JSON. The
-numbers come from analysis.py.
+main table (the task's paper beside ours), the statistics against the reference row for every declared
+metric, the reading against the paper with each disagreement's evidence, fit and cost, as Markdown or
+JSON. The numbers come from analysis.py.
 """
 
 from __future__ import annotations
@@ -49,8 +49,9 @@ ONE_SEED_LABEL = (
 
 
 def _cell_model(rr: RowResult, base_model: dict[str, Any], key: str) -> str:
+    """A model cell: blank where the row has the reference's value (`base_model`), as the paper's table."""
     v = rr.model.get(key)
-    if rr.row != "base" and v == base_model.get(key):
+    if rr.model is not base_model and v == base_model.get(key):
         return ""
     if key == "train_steps":
         return fsteps(v)
@@ -76,7 +77,7 @@ def _metric_cell(rr: RowResult, m: str) -> str:
     s = fnum(mean, 2)
     if n > 1:
         s += f" ± {fnum(sd, 2)}"
-    if rr.row != "base" and m in rr.cmp and rr.cmp[m].improves:
+    if m in rr.cmp and rr.cmp[m].improves:  # the reference has no comparison of its own
         s = f"**{s}**"
     if any(rr.finished[seed].stale for seed in rr.values[m]):
         s += " †"
@@ -107,21 +108,25 @@ def _has_test(an: Analysis) -> bool:
 
 
 def _base_model(an: Analysis) -> dict[str, Any]:
-    """Base's row settings at the paper's size: what a blank model cell means."""
-    base = an.get("base")
-    return base.model if base else asdict(ModelConfig())
+    """The reference row's settings at the paper's size: what a blank model cell means."""
+    base = an.get(an.reference)
+    if base is not None:
+        return base.model
+    known = an.coll.rows.models.get(an.reference)
+    return asdict(known if known is not None else ModelConfig(name=an.reference))
 
 
 def main_table(an: Analysis) -> Table:
-    base = an.get("base")
+    base = an.get(an.reference)
     base_model = _base_model(an)
     has_test = _has_test(an)
     test = f"{an.headline.label} test"
+    delta = f"Δ {an.reference}"
     cols = ["row", *[c for _, c in MODEL_COLUMNS], "other"]
     for m in an.metrics:
-        cols += [f"{m.label} dev", "paper", "Δ base", "paper Δ"]
+        cols += [f"{m.label} dev", "paper", delta, "paper Δ"]
     cols += [
-        *([test, "Δ base"] if has_test else []),
+        *([test, delta] if has_test else []),
         "params ×10^6 (run)",
         "params ×10^6 (paper scale)",
         "paper",
@@ -159,8 +164,9 @@ def main_table(an: Analysis) -> Table:
 
 
 def _varies(rr: RowResult, base_model: dict[str, Any]) -> str:
-    """What a row changes from base, at the paper's scale: "h 1, d_k 512, d_v 512"."""
-    if rr.row == "base":
+    """What a row changes from the reference (`base_model`), at the paper's scale: "h 1, d_k 512, d_v
+    512"."""
+    if rr.model is base_model:
         return ""
     cells = [(c, _cell_model(rr, base_model, k)) for k, c in MODEL_COLUMNS]
     return ", ".join([f"{c} {v}" for c, v in cells if v] + ([o] if (o := _other(rr, base_model)) else []))
@@ -177,10 +183,10 @@ def _against_paper(rr: RowResult, a: dict[str, list[str]]) -> str:
 def summary_note(an: Analysis) -> str:
     m = an.read_by
     return (
-        "varies: the row's change from base at the paper's size. sign vs paper: for the rows whose paper "
-        f"dev-{m.label} Δ is at least {m.negligible}, whether ours has the paper's sign, and whether both "
-        "intervals exclude zero. Means ± sd over finished seeds; the full table, the statistics and the "
-        "curves follow."
+        f"varies: the row's change from {an.reference} at the paper's size. sign vs paper: for the rows "
+        f"whose paper dev-{m.label} Δ is at least {m.negligible}, whether ours has the paper's sign, and "
+        "whether both intervals exclude zero. Means ± sd over finished seeds; the full table, the statistics "
+        "and the curves follow."
     )
 
 
@@ -192,7 +198,7 @@ def summary_table(an: Analysis) -> Table:
     a = agreement(an)
     by = an.read_by
     others = [m for m in an.stats_order if m is not by]
-    cols = ["row", "varies", f"dev {by.label}", "Δ base", "paper Δ", "sign vs paper"]
+    cols = ["row", "varies", f"dev {by.label}", f"Δ {an.reference}", "paper Δ", "sign vs paper"]
     cols += [f"dev {m.label}" for m in others] + [f"test {an.headline.label}", "seeds"]
     body = []
     for rr in an.rows:
@@ -214,7 +220,7 @@ def summary_table(an: Analysis) -> Table:
 
 
 def _mean_diff(rr: RowResult, base: RowResult | None, m: str) -> float | None:
-    """Δ base of an extra metric (no interval): as for the dev metrics."""
+    """Δ of an extra metric against the reference (`base`; no interval): as for the dev metrics."""
     if base is None or rr is base or not rr.values[m] or not base.values[m]:
         return None
     return diff_to_base(rr.values[m], base.values[m])[0]
@@ -224,8 +230,8 @@ def stats_table(an: Analysis, metric) -> Table:
     m, name = metric.name, f"{metric.label} (dev)"
     cols = [
         "row",
-        "n (row/base)",
-        "Δ vs base",
+        f"n (row/{an.reference})",
+        f"Δ vs {an.reference}",
         "95% CI (t)",
         "test",
         "p",
@@ -238,13 +244,13 @@ def stats_table(an: Analysis, metric) -> Table:
         "vs paper",
     ]
     body = []
+    base = an.get(an.reference)
     for rr in an.rows:
-        if rr.row == "base":
+        if rr.row == an.reference:
             continue
         c = rr.cmp[m]
         if c.diff is None:
             continue
-        base = an.get("base")
         nb = len(base.values[m]) if base else 0
         t, b = c.ttest, c.boot
         dcell = fnum(c.diff, 3, sign=True)
@@ -270,7 +276,7 @@ def stats_table(an: Analysis, metric) -> Table:
                 "; ".join([d for d in [c.direction()] if d] + [f for f in c.flags if f != OPPOSITE]),
             ]
         )
-    return Table(cols, body, align="lrrrlrrrrrlrl", title=f"{name}: difference to our base")
+    return Table(cols, body, align="lrrrlrrrrrlrl", title=f"{name}: difference to our {an.reference}")
 
 
 def _pct(x: float | None) -> str:
@@ -303,35 +309,37 @@ def fit_table(an: Analysis) -> Table:
     return Table(cols, body, align="lrrrrlr", title=f"Fit (mean over finished seeds; {note})")
 
 
-def _curve_reading(f: Fit, fb: Fit) -> str:
+def _curve_reading(f: Fit, fb: Fit, ref: str) -> str:
     where = f"best dev PPL at step {', '.join(map(str, f.best_steps))} of {f.last_step}"
     if f.overfits:
         return f"{where}, ending {_pct(f.end_ppl / f.best_ppl - 1)} above it: it overfits"
-    late = f"{_pct(f.late)} over the last 10% of steps against base's {_pct(fb.late)}"
+    late = f"{_pct(f.late)} over the last 10% of steps against {ref}'s {_pct(fb.late)}"
     if f.late is not None and f.late < -0.01:
         return f"{where}, still falling ({late})"
     return f"{where}, level at the end ({late})"
 
 
 def _train_reading(rr: RowResult, base: RowResult, f: Fit, fb: Fit) -> str:
+    ref = base.row
     if rr.model.get("label_smoothing") != base.model.get("label_smoothing"):
-        return "its training loss does not compare with base's (another eps_ls)"
+        return f"its training loss does not compare with {ref}'s (another eps_ls)"
     lower_dev = rr.cmp["ppl"].diff < 0
     lower_train = f.train_loss < fb.train_loss
     what = "moves with" if lower_train == lower_dev else "moves against"
     kind = "fit" if lower_train == lower_dev else "generalisation"
     return (
-        f"training loss over the last 10% of steps {f.train_loss:.3f} against base's {fb.train_loss:.3f}, "
+        f"training loss over the last 10% of steps {f.train_loss:.3f} against {ref}'s {fb.train_loss:.3f}, "
         f"which {what} dev PPL: a difference of {kind}"
     )
 
 
 def disagreement_evidence(an: Analysis) -> list[str]:
-    """A line of evidence per row whose dev PPL differs from base in the opposite direction to the paper:
-    the difference with its interval, what the training loss says (fit or generalisation) and what the
-    dev curve says (overfitting, still falling, level), beside base's. Facts from the curves, not a
-    diagnosis."""
-    base, out = an.get("base"), []
+    """A line of evidence per row whose dev PPL differs from the reference's in the opposite direction to
+    the paper: the difference with its interval, what the training loss says (fit or generalisation) and
+    what the dev curve says (overfitting, still falling, level), beside the reference's. Facts from the
+    curves, not a diagnosis."""
+    ref = an.reference
+    base, out = an.get(ref), []
     fb = row_fit(base) if base else None
     for row in agreement(an)["disagree"]:
         rr = an.get(row)
@@ -339,7 +347,7 @@ def disagreement_evidence(an: Analysis) -> list[str]:
         c, f = rr.cmp[by.name], row_fit(rr)
         iv = c.interval
         head = (
-            f"- **{row}**: dev {by.label} {rr.summary(by.name)[0]:.2f} against base's "
+            f"- **{row}**: dev {by.label} {rr.summary(by.name)[0]:.2f} against {ref}'s "
             f"{base.summary(by.name)[0]:.2f} "
             f"(Δ {c.diff:+.2f}"
             + (f", interval [{iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else "")
@@ -348,12 +356,12 @@ def disagreement_evidence(an: Analysis) -> list[str]:
         if f is None or fb is None:
             out.append(head + "; no curves to read.")
             continue
-        parts = [head, _train_reading(rr, base, f, fb), _curve_reading(f, fb)]
+        parts = [head, _train_reading(rr, base, f, fb), _curve_reading(f, fb, ref)]
         if (side := side_of_base(rr, base)) is not None:
             where = "below" if c.diff < 0 else "above"
             parts.append(
-                f"{where} base's dev curve at {side[0]} of {side[1]} evaluations in the second half of "
-                "training (each against base's run of the same seed at the same step)"
+                f"{where} {ref}'s dev curve at {side[0]} of {side[1]} evaluations in the second half of "
+                f"training (each against {ref}'s run of the same seed at the same step)"
             )
         out.append("; ".join(parts) + ".")
     return out
@@ -426,12 +434,13 @@ def agreement_line(an: Analysis) -> str:
         return f"Against the paper: task {an.task.name} declares no paper's table (docs/tasks.md)."
     if not a["measured"]:
         what = f"a paper dev-{by.label} effect"
-        return f"Against the paper: no row with {what} has been measured against base yet."
+        return f"Against the paper: no row with {what} has been measured against {an.reference} yet."
     n_meas = "" if a["measured"] == a["paper_effect"] else f" ({len(a['measured'])} of them measured)"
     supported = f" ({', '.join(a['supported'])})" if a["supported"] else ""
     return (
         f"**Against the paper: {len(a['agree'])} of the {len(a['paper_effect'])} rows whose paper "
-        f"dev-{by.label} difference to base is at least {by.negligible}{n_meas} agree with it in sign; "
+        f"dev-{by.label} difference to {an.reference} is at least {by.negligible}{n_meas} agree with it in "
+        "sign; "
         f"{len(a['supported'])} of those with both the seed-level t interval and the bootstrap interval "
         f"excluding zero{supported}.** Disagreeing: {', '.join(a['disagree']) or 'none'}."
     )
@@ -440,7 +449,7 @@ def agreement_line(an: Analysis) -> str:
 def direction_summary(an: Analysis) -> list[str]:
     out = []
     for m, name in ((m.name, m.label) for m in an.stats_order):
-        cs = [(rr.row, rr.cmp[m]) for rr in an.rows if rr.row != "base" and rr.cmp.get(m)]
+        cs = [(rr.row, rr.cmp[m]) for rr in an.rows if rr.row != an.reference and rr.cmp.get(m)]
         dirs = [(row, c.direction()) for row, c in cs if c.direction() is not None]
         agree = [r for r, d in dirs if d == "agree"]
         opp = [r for r, d in dirs if d == "opposite"]
@@ -465,13 +474,14 @@ def direction_summary(an: Analysis) -> list[str]:
     return out
 
 
-def _scale_line(coll: Collection) -> str:
+def _scale_line(an: Analysis) -> str:
+    coll = an.coll
     s = coll.scale_cfg or {}
     name = coll.scale or "paper"
     eff = coll.base_effective
     dims = ""
     if eff:
-        dims = "; effective base: " + ", ".join(
+        dims = f"; effective {an.reference}: " + ", ".join(
             f"{k}={eff[k]}" for k in ("n_layers", "d_model", "d_ff", "n_heads", "d_k", "d_v") if k in eff
         )
     if all(float(s.get(k, 1.0)) == 1.0 for k in ("width", "depth", "steps")):
@@ -481,8 +491,15 @@ def _scale_line(coll: Collection) -> str:
         f"**Scaled-down records**: preset '{name}' (width x{s.get('width', '?')}, "
         f"depth x{s.get('depth', '?')}, "
         f"steps x{s.get('steps', '?')}){dims}. The model columns give the paper-scale row settings; "
-        "the measured PPL and BLEU come from the scaled models and are not the paper's scale."
+        f"the measured {_and(m.label for m in an.metrics)} come from the scaled models and are not the "
+        "paper's scale."
     )
+
+
+def _and(labels) -> str:
+    """'PPL and BLEU', 'PPL, CER and WER': the metrics a table shows, as a sentence names them."""
+    labels = list(labels)
+    return labels[0] if len(labels) == 1 else f"{', '.join(labels[:-1])} and {labels[-1]}"
 
 
 def _signatures(coll: Collection) -> list[str]:
@@ -502,23 +519,33 @@ def _rel(path: Path, start: Path) -> str:
 
 
 def table_note(an: Analysis) -> str:
-    labels = [m.label for m in an.metrics]
+    ref = an.reference
     return (
-        f"{', '.join(labels[:-1])} and {labels[-1]}: mean ± sd over finished seeds. Blank model cells equal "
-        "base, as in the paper. Δ base = this row's mean minus our base's mean over the same seeds (all of "
-        "base's seeds when the row has seeds base lacks); paper Δ = the paper's row minus the paper's base "
-        "(PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
-        "vocabularies). A value is bold only when it beats base over at least two seeds per side with "
+        f"{_and(m.label for m in an.metrics)}: mean ± sd over finished seeds. Blank model cells equal "
+        f"{ref}, as in the paper. Δ {ref} = this row's mean minus our {ref}'s mean over the same seeds (all "
+        f"of {ref}'s seeds when the row has seeds {ref} lacks); paper Δ = the paper's row minus the paper's "
+        f"{ref} (PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
+        f"vocabularies). A value is bold only when it beats {ref} over at least two seeds per side with "
         "both the seed-level t interval and the bootstrap interval excluding zero. "
         "† = stale record (see below)."
     )
 
 
 def test_note(an: Analysis) -> str:
-    return (
+    line = (
         f"{an.headline.label} test: the test set the records name, decoded from each run's final "
-        "checkpoint(s) and scored as dev is; mean ± sd, Δ base as above, without intervals."
+        f"checkpoint(s) and scored as dev is; mean ± sd, Δ {an.reference} as above, without intervals."
     )
+    evaluated = {}
+    for rr in an.rows:
+        for s, e in rr.test_from.items():
+            evaluated.setdefault(e.protocol.describe(), []).append(f"{rr.row} s{s}")
+    for what, runs in evaluated.items():
+        line += (
+            f" {', '.join(runs)}: no test figure of the run's own; that of its newest `python -m "
+            f"ablate.evaluate --split test` ({what})."
+        )
+    return line
 
 
 def _head(an: Analysis) -> list[str]:
@@ -527,11 +554,33 @@ def _head(an: Analysis) -> list[str]:
     n_rec = sum(len(by) for by in coll.runs.values())
     seeds = ", ".join(map(str, coll.seeds())) or "none"
     lines = [f"# {report_title(an)}", ""]
-    lines.append(f"Records: {n_rec} run(s) read from `{coll.results_dir.as_posix()}`; seeds seen: {seeds}.")
-    lines += [_scale_line(coll), agreement_line(an)]
+    lines.append(f"Records: {n_rec} run(s) read from `{shown_path(coll.results_dir)}`; seeds seen: {seeds}.")
+    lines += [line for line in (_scale_line(an), _reference_line(an), agreement_line(an)) if line]
     if coll.average is not None:
         lines.append(_protocol_line(coll.average))
     return lines + [f"BLEU: sacreBLEU `{s}`." for s in _signatures(coll)] + [""]
+
+
+def _reference_line(an: Analysis) -> str:
+    """Which row every Δ is against, and why: the study's, or --reference; none where it is the paper's
+    base by default (the paper's own table reads so)."""
+    if not an.reference_runs():
+        return an.no_reference()
+    if an.reference == "base":
+        return ""
+    return f"Reference row: {an.reference} (every Δ, interval, bold figure and plot is against it)."
+
+
+def shown_path(path: Path) -> str:
+    """A folder as a report names it: relative to the current folder where it lies under it, else its last
+    two parts (a report carries no machine's absolute path)."""
+    path = Path(path)
+    if not path.is_absolute():
+        return path.as_posix()
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve()).as_posix() or "."
+    except ValueError:
+        return "…/" + "/".join(path.parts[-2:])
 
 
 def _protocol_line(average: int) -> str:
@@ -543,21 +592,22 @@ def _protocol_line(average: int) -> str:
 
 
 def _statistics(an: Analysis) -> list[str]:
+    ref = an.reference
     lines = [
         "## Statistics",
         "",
         "Seed-level tests use each run's dev metric: paired t over the seeds both rows share (when every "
-        "seed of the row also exists for base), otherwise Welch t. The bootstrap resamples seeds and then "
-        f"dev sentences ({an.n_boot} replicates; the same sentence indices for base and row), recomputing "
+        f"seed of the row also exists for {ref}), otherwise Welch t. The bootstrap resamples seeds and then "
+        f"dev sentences ({an.n_boot} replicates; the same sentence indices for {ref} and row), recomputing "
         "each metric from the summed per-sentence statistics of the drawn sentences, as its figure is made ("
         + "; ".join(f"{m.label}: {m.accumulates}" for m in an.stats_order)
         + "); it is the interval used for bold cells and the flags. p Holm = Holm-Bonferroni over the rows "
-        "compared with base, per metric and test.",
+        f"compared with {ref}, per metric and test.",
         "",
     ]
     for m in an.stats_order:
         t = stats_table(an, m)
-        lines.append(_md(t) if t.rows else f"### {t.title}\n\nNo row has finished runs beside base.\n")
+        lines.append(_md(t) if t.rows else f"### {t.title}\n\nNo row has finished runs beside {ref}.\n")
     return lines
 
 
@@ -576,7 +626,19 @@ def _problems(an: Analysis) -> list[str]:
     coll = an.coll
     out = [f"- stale (†): {rr.row} seed {s}: {'; '.join(why)}" for rr in an.rows for s, why in rr.stale]
     out += [f"- excluded: {e}" for e in coll.left_out()] + [f"- warning: {w}" for w in coll.warnings]
+    out += [f"- unread: {line}" for line in an.unread()]
+    out = [_relative(line, coll.results_dir) for line in out]
     return ["## Stale, excluded and unreadable records", ""] + out + [""] if out else []
+
+
+def _relative(line: str, results: Path) -> str:
+    """A line naming files under the results folder or the current folder, as the report names that
+    folder (shown_path): no machine's absolute path."""
+    for folder in dict.fromkeys([Path(results), Path(results).resolve()]):
+        if folder.is_absolute():
+            line = line.replace(f"{folder.as_posix()}/", f"{shown_path(folder)}/")
+    here = Path.cwd().resolve().as_posix()
+    return line.replace(f"{here}/", "")
 
 
 def table3_markdown(
@@ -588,7 +650,7 @@ def table3_markdown(
     lines = _head(an)
     lines += ["## Summary", "", summary_note(an), "", _md(summary_table(an))]
     lines += ["## Table", "", table_note(an), ""] + ([test_note(an), ""] if _has_test(an) else [])
-    lines += [_md(main_table(an))] + claims_markdown(an) + _decisions(decisions)
+    lines += [_md(main_table(an))] + claims_markdown(an) + _decisions(decisions, an.reference)
     lines += _statistics(an) + _reading(an) + _problems(an)
     if plots:
         links = [f"![{title}]({_rel(p, out_dir) if out_dir else p.as_posix()})" for title, p in plots.items()]
@@ -596,13 +658,14 @@ def table3_markdown(
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
-def _decisions(lines: list[str] | None) -> list[str]:
+def _decisions(lines: list[str] | None, reference: str) -> list[str]:
     if not lines:
         return []
     head = [
         "## Decisions",
         "",
-        "Each row against base, per metric (docs/planner.md): the Δ of the means with its 95% interval, "
+        f"Each row against {reference}, per metric (docs/planner.md): the Δ of the means with its 95% "
+        "interval, "
         "both intervals by the t on the seed variance pooled over the rows (its degrees of freedom given); "
         "the decision at this look's alpha (Lan-DeMets O'Brien-Fleming spending over the looks of "
         "looks.jsonl; negligible = TOST within the metric's delta); an undecided row gives the smallest Δ "
@@ -642,7 +705,7 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             }
             c = rr.cmp.get(m)
             if c is not None:
-                d[m]["vs_base"] = {
+                d[m]["vs_reference"] = {
                     "diff": c.diff,
                     "paper_diff": c.paper_diff,
                     "direction": c.direction(),
@@ -668,6 +731,7 @@ def table3_json(an: Analysis) -> dict[str, Any]:
     coll = an.coll
     return clean_nan(
         {
+            "reference": an.reference,
             "scale": coll.scale,
             "scale_config": coll.scale_cfg,
             "base_effective": coll.base_effective,
@@ -678,5 +742,6 @@ def table3_json(an: Analysis) -> dict[str, Any]:
             "claims": claims_data(an),
             "warnings": coll.warnings,
             "excluded": coll.left_out(),
+            "unread": an.unread(),
         }
     )
