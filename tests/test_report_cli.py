@@ -34,6 +34,7 @@ BAD = {
     "--preset": (["--preset", "big_gpu"], "--preset big_gpu: no translation records of this preset (pres"),
     "--results a file": (["--results", "conf/model/base.yaml"], "--results conf/model/base.yaml: a file, no"),
     "--conf": (["--conf", "nowhere"], "--conf nowhere: no such folder of row files"),
+    "--reference": (["--reference", "Z9"], "--reference Z9: no row 'Z9' (rows: base, A1"),
     "--seeds": (["--seeds", "1,x", "--missing-command"], "argument --seeds: '1,x' is not a comma-separated"),
     "--n-boot": (["--n-boot", "0"], "argument --n-boot: 0 is not at least 1"),
     "--seeds-min": (["--seeds-min", "-1"], "argument --seeds-min: -1 is not at least 1"),

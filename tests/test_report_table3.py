@@ -339,11 +339,11 @@ def test_json_and_csv_and_latex(fixture_dir):
     )
     d = json.loads(Path("t.json").read_text())
     rows = {r["row"]: r for r in d["rows"]}
-    a1 = rows["A1"]["bleu"]["vs_base"]
+    a1 = rows["A1"]["bleu"]["vs_reference"]
     assert a1["ttest"]["kind"] == "paired t" and a1["direction"] == "agree"
-    assert rows["A2"]["bleu"]["vs_base"]["ttest"]["kind"] == "Welch t"
-    assert rows["E"]["bleu"]["vs_base"]["bootstrap"]["kind"] == "paired bootstrap over sentences"
-    assert rows["D3"]["bleu"]["vs_base"]["direction"] == "opposite"
+    assert rows["A2"]["bleu"]["vs_reference"]["ttest"]["kind"] == "Welch t"
+    assert rows["E"]["bleu"]["vs_reference"]["bootstrap"]["kind"] == "paired bootstrap over sentences"
+    assert rows["D3"]["bleu"]["vs_reference"]["direction"] == "opposite"
     assert rows["E"]["stale"] == {"1": ["code 0ldc0de0ldc0 != c0dec0dec0de (the record names no revision)"]}
     assert main(["table3", *ARGS[:4], "--out", "t.csv", "--format", "csv", "--quiet", "--n-boot", "50"]) == 0
     assert Path("t.csv").read_text().splitlines()[0].startswith("row,N,d_model")
