@@ -179,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from ablate.config import ConfigError
     from ablate.config.study import current_study
+    from ablate.paper import PaperError
     from ablate.report.collect import SelectionError, collect
     from ablate.report.tables import TableError, made
 
@@ -203,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SelectionError(
                 f"--rows: the table {cmd} has no rows to choose (its rows are not rows x seeds)"
             )
-    except (SelectionError, ConfigError, TableError) as e:
+    except (SelectionError, ConfigError, TableError, PaperError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.results is None and args.source == "files":
@@ -213,7 +214,6 @@ def main(argv: list[str] | None = None) -> int:
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(_selection_line(coll, cells=not getattr(table_fn, "reads_every", False)), file=sys.stderr)
-    from ablate.paper import PaperError
     from ablate.report.decide import LooksError
 
     if (table_fn is None or cmd == "metrics") and not coll.finished(reference):
