@@ -32,8 +32,14 @@ def table(command: str, task: str | None = None) -> tuple[str, Callable] | None:
 
 
 def made(command: str, task: str, fn: Callable, *args, **kwargs):
-    """`fn(*args, **kwargs)`, the table of `command`; an exception it raises is one line (TableError)."""
+    """`fn(*args, **kwargs)`, the table of `command`; an exception it raises is one line (TableError), but
+    for those that are one line already (a looks file or a paper's file unread: the report says them)."""
+    from ablate.paper import PaperError
+    from ablate.report.decide import LooksError
+
     try:
         return fn(*args, **kwargs)
+    except (LooksError, PaperError):
+        raise
     except Exception as e:  # noqa: BLE001 - a researcher's table: its failure in one line
         raise TableError(f"task {task}: table {command} raised {raised_at(e, whole=True)}") from None
