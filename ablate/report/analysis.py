@@ -15,6 +15,7 @@ from typing import Any
 from ablate import paper
 from ablate.config import DEFAULT_TASK, ModelConfig
 from ablate.config.rows import ordered
+from ablate.config.study import DEFAULT_REFERENCE
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import raised_at
@@ -157,7 +158,7 @@ class Analysis:
     metrics: tuple[Metric, ...] = (PPL,)  # perplexity, then the task's: the table's columns
     paper: paper.PaperTable | None = None  # the task's paper's table (Task.paper_table)
     task: Task | None = None
-    reference: str = "base"  # the row the others are compared against
+    reference: str = DEFAULT_REFERENCE  # the row the others are compared against
     # (metric label, the error its bootstrap raised) -> the rows it raised on
     no_bootstrap: dict[tuple[str, str], list[str]] = field(default_factory=dict)
 

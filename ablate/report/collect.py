@@ -18,6 +18,7 @@ import numpy as np
 from ablate import paper
 from ablate.config import DEFAULT_TASK, ModelConfig, default_results, to_dataclass, total_steps
 from ablate.config.rows import ordered, resolve_row
+from ablate.config.study import DEFAULT_REFERENCE
 from ablate.records.evaluations import Evaluation, Protocol, newest
 from ablate.records.evaluations import read as read_evaluations
 from ablate.records.staleness import why_stale
@@ -291,7 +292,7 @@ class Collection:
     # recipes (Table 4: experiments of one model row) groups these itself
     every: list[Run] = field(default_factory=list)
     duplicates: int = 0  # records of `every` not chosen for their (row, seed) cell
-    reference: str = "base"  # the row every other is compared against (the study's; --reference)
+    reference: str = DEFAULT_REFERENCE  # the row every other is compared against (the study's; --reference)
 
     def left_out(self, cells: bool = True) -> list[str]:
         """What a table leaves out, a line a group: a table of cells also every duplicate of a cell."""
@@ -387,7 +388,7 @@ def _select(
     return runs, preset, why
 
 
-def default_preset(runs: list[Run], reference: str = "base") -> tuple[str, str]:
+def default_preset(runs: list[Run], reference: str = DEFAULT_REFERENCE) -> tuple[str, str]:
     """(preset, why): the preset of the newest sweep (the sweep of the most recently started record; the
     newest single run where that has no sweep); in a sweep over presets, the one of most of its finished
     runs of the reference row, else of most of its records. Raises SelectionError where that is a tie."""
@@ -444,7 +445,7 @@ def collect(
     preset: str | None = None,
     sweep: str | None = None,
     average: int | None = None,
-    reference: str = "base",
+    reference: str = DEFAULT_REFERENCE,
 ) -> Collection:
     """The records of one table, compared against row `reference`; with `average`, dev figures of the
     evaluations that averaged the last `average` checkpoints (Run.metrics)."""

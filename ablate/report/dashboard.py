@@ -28,6 +28,7 @@ from wandb_workspaces.reports.v2 import internal
 
 from ablate.config import DEFAULT_TASK, default_results
 from ablate.config.rows import group_order
+from ablate.config.study import DEFAULT_REFERENCE
 from ablate.report.plots import plot_titles
 
 STEP = "trainer/global_step"
@@ -155,7 +156,7 @@ def _group_grid(
     group: str,
     table3_group: str,
     keys: tuple[tuple[str, str], ...],
-    reference: tuple[str, str] = ("base", "base"),
+    reference: tuple[str, str] = (DEFAULT_REFERENCE, DEFAULT_REFERENCE),
 ) -> wr.PanelGrid:
     """A Table 3 group's rows with the reference row (`reference`: its row and its group), which their
     differences are read against: their curves, then a run comparer."""
@@ -197,7 +198,12 @@ def _ablation_grid(entity: str, project: str, group: str) -> wr.PanelGrid:
 
 
 def build_report(
-    records: list[dict], entity: str, project: str, sweep: str, table_markdown: str, reference: str = "base"
+    records: list[dict],
+    entity: str,
+    project: str,
+    sweep: str,
+    table_markdown: str,
+    reference: str = DEFAULT_REFERENCE,
 ) -> wr.Report:
     """The sweep's report, its differences against row `reference`. `entity` is passed on as given (""
     when unknown offline): left out, the library would ask the server for the default entity."""
@@ -321,7 +327,7 @@ def offline_folders(records: list[dict]) -> list[Path]:
     return sorted(set(runs)) + report_run_folders()
 
 
-def _table_markdown(results: Path, sweep: str, task: str, reference: str = "base") -> str:
+def _table_markdown(results: Path, sweep: str, task: str, reference: str = DEFAULT_REFERENCE) -> str:
     """The text `python -m ablate.report` writes for the sweep, without the plot images (a W&B Markdown
     block cannot reach local files)."""
     from ablate.report import table3 as t3
@@ -411,7 +417,7 @@ def _online(
     sweep: str,
     markdown: str,
     out: str,
-    reference: str = "base",
+    reference: str = DEFAULT_REFERENCE,
 ) -> int:
     import wandb
 

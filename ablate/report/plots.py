@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from ablate import paper
+from ablate.config.study import DEFAULT_REFERENCE
 from ablate.report.analysis import Analysis, RowResult, gap_to_base
 from ablate.report.claims import spec_of
 from ablate.report.table3 import _label
@@ -108,7 +109,7 @@ CURVES_TITLE = "dev PPL vs steps, group {}"
 
 
 def plot_titles(
-    groups: list[str], labels: tuple[str, ...] = ("BLEU", "PPL"), reference: str = "base"
+    groups: list[str], labels: tuple[str, ...] = ("BLEU", "PPL"), reference: str = DEFAULT_REFERENCE
 ) -> list[str]:
     """The titles make_plots gives, for a table of these groups (those of rows other than the reference)
     and metrics (Table 3's by default), against row `reference`."""

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import ModelConfig
+from ablate.config.study import DEFAULT_REFERENCE
 from ablate.report import stats
 from ablate.report.analysis import (
     OPPOSITE,
@@ -566,7 +567,7 @@ def _reference_line(an: Analysis) -> str:
     base by default (the paper's own table reads so)."""
     if not an.reference_runs():
         return an.no_reference()
-    if an.reference == "base":
+    if an.reference == DEFAULT_REFERENCE:
         return ""
     return f"Reference row: {an.reference} (every Δ, interval, bold figure and plot is against it)."
 
