@@ -131,6 +131,8 @@ def test_a_reference_without_records_is_one_line(table, capsys):
     assert text.count(line) == 1
     assert "warning: the reference row C2 has no finished records" in capsys.readouterr().err
     assert _md_table(text, "row")["base"]["Δ C2"] == ""
+    assert main(["metrics", *ARGS[:4], "--reference", "C2", "--out", "m.md", "--quiet"]) == 0
+    assert (table / "m.md").read_text().count("The reference row C2 has no finished records") == 1
 
 
 def test_the_dashboard_compares_each_group_with_the_reference():

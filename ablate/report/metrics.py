@@ -41,6 +41,11 @@ def metrics_table(
     notes = [
         f"{task.name}: {task.label or 'its declared metrics'}; preset {coll.scale}.",
         *(
+            []
+            if coll.finished(ref)
+            else [f"The reference row {ref} has no finished records: no row is compared."]
+        ),
+        *(
             ["model: the row's model.arch; params: its trainable parameters as it ran (the built model)"]
             if models
             else []
