@@ -61,7 +61,9 @@ def identity_dict(cfg) -> dict[str, Any]:
     if hasattr(cfg.task_cfg, "__dataclass_fields__"):  # the task's own keys, against its own defaults
         defaults |= flat_fields(type(cfg.task_cfg)(), "task_cfg.")
     out = {}
-    for key, value in flat_fields(cfg).items():
+    flat = flat_fields(cfg)
+    flat["model.explicit"] = explicit_that_counts(cfg)
+    for key, value in flat.items():
         if key in NOT_IDENTITY or key.split(".")[0] in NOT_IDENTITY:
             continue
         if isinstance(value, tuple):
@@ -86,6 +88,38 @@ def identity_dict(cfg) -> dict[str, Any]:
         out = {k: v for k, v in out.items() if k not in DATA_PATHS}
         out["data.fingerprint"] = fingerprint
     return out
+
+
+def explicit_that_counts(cfg) -> list[str]:
+    """The row keys the command line gave (`model.explicit`) whose being given changes what the run builds:
+    a key given is taken as it is rather than relative to the recipe's base and unscaled (config.row_arch,
+    config.arch.own_values), which under the paper's base and scale, or for a key the recipe does not
+    scale (model.arch, model.dropout), changes nothing. Those that change nothing are not in the identity:
+    a row's own value given on the command line (`model.arch=<the row's>`) names the same run as the row
+    alone. Dropped one at a time, in order, while the model built stays the same."""
+    from dataclasses import replace
+
+    from ablate.config import row_arch
+    from ablate.config.arch import own_values
+
+    keys = list(cfg.model.explicit or [])
+    if not keys:
+        return []
+
+    def built(given: list[str]):
+        c = replace(cfg, model=replace(cfg.model, explicit=given))
+        own = own_values(c) if any(k.startswith("args.") for k in keys) else None
+        return row_arch(c), own
+
+    try:
+        kept, full = keys, built(keys)
+        for key in sorted(keys):
+            fewer = [k for k in kept if k != key]
+            if built(fewer) == full:
+                kept = fewer
+    except Exception:  # noqa: BLE001 - a model that does not load or a row that does not scale: as given
+        return keys
+    return kept
 
 
 def run_id(cfg) -> str:

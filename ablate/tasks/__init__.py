@@ -298,7 +298,7 @@ def _api_source(task: Task):
     def fingerprint(run) -> str | None:
         named = [(f"{name}.{side}", getattr(split, side)) for name, split in given(run).items()
                  if isinstance(split, Files) for side in ("src", "tgt")]  # fmt: skip
-        return files_fingerprint(named, run.data.cache_dir) if named else None
+        return files_fingerprint(named) if named else None
 
     def inputs(run, log) -> Inputs:
         splits = {}
