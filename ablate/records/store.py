@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import migrate
-from ablate.records.identity import run_id
+from ablate.records.identity import relocate, run_id
 from ablate.records.status import SCHEMA_VERSION, STATUSES, schema_problem
 
 RECORD_NAME = "record.json"
@@ -172,7 +172,7 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     if problem:
         raise RecordError(f"{path}: not a result record ({problem})")
     if isinstance(rec.get("config"), dict):  # read in the current layout; the file keeps what it was written
-        rec["config"] = portable(migrate(rec["config"]))
+        rec["config"] = relocate(portable(migrate(rec["config"])), rec["run_id"])
     return rec
 
 
