@@ -163,8 +163,8 @@ def _files_inputs(run: RunConfig, log: Log) -> binarize.Inputs:
 def _multi30k_root(cfg: DataConfig) -> str:
     if not cfg.root:
         raise ConfigError(
-            "data.root must name a folder of Multi30k raw files "
-            "(python -m ablate.prepare data=multi30k downloads them)"
+            "data.root must name a folder of Multi30k raw files (data=multi30k reads it from MULTI30K_DIR; "
+            "python -m ablate.prepare data=multi30k downloads them)"
         )
     return cfg.root
 
