@@ -205,7 +205,8 @@ def task_files(task: str, config_files: list[str] = (), code: tuple[str, ...] = 
     imported = folders + [Path(c).resolve() for c in code]
     if not imported:
         return {}
-    files = {Path(m.__file__).resolve() for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    loaded = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+    files = {Path(f).resolve() for f in loaded if f and Path(f).is_absolute()}  # torch._ops: '_ops.py'
     files = {f for f in files if f.suffix == ".py" and any(f.is_relative_to(d) for d in imported)}
     files |= {Path(c).resolve() for c in config_files}
     roots = _roots(task, tuple(Path(c) for c in code))
