@@ -127,7 +127,7 @@ def test_a_recorded_data_folder_missing_here_is_this_machines_where_the_content_
 ):
     """A record whose data folder does not exist here reads with the folder this machine's preset gives
     (data=multi30k: MULTI30K_DIR) where its id comes out the record's; a folder of other content is not
-    its data: the record reads as written."""
+    its data: the record reads as written. Neither a record read back nor a new one names a cache folder."""
     from ablate.config import to_dataclass
     from ablate.records import identity, store
 
@@ -149,6 +149,7 @@ def test_a_recorded_data_folder_missing_here_is_this_machines_where_the_content_
     assert identity.run_id(to_dataclass(config)) == run.name
     monkeypatch.setenv("MULTI30K_DIR", str(other))
     assert store.read_record(run / "record.json")["config"]["data"]["root"] == "/nonexistent/their/multi30k"
+    assert "cache_dir" not in store.new_record(to_dataclass(config))["config"]["data"]  # a new record: none
 
 
 def test_the_printed_commands_name_data_by_the_variable_that_names_it(tmp_path, monkeypatch, capsys):
