@@ -49,6 +49,18 @@ def default_results() -> str:
     return os.environ.get("ABLATE_RESULTS", "results")
 
 
+# This machine's cache (prepared corpora, vocabularies, downloads, content fingerprints), as a config reads it
+# where nothing names another: $ABLATE_CACHE, else ~/.cache/ablate. A record never names it (store.py).
+DEFAULT_CACHE = "${oc.env:ABLATE_CACHE,${oc.env:HOME}/.cache/ablate}"
+
+
+def default_cache() -> str:
+    """This machine's cache folder, as DEFAULT_CACHE resolves here and now."""
+    if "ABLATE_CACHE" in os.environ:
+        return os.environ["ABLATE_CACHE"]
+    return os.path.join(os.environ.get("HOME") or os.path.expanduser("~"), ".cache", "ablate")
+
+
 MIN_VOCAB = 8  # data.vocab_size: below this no corpus fits (4 special pieces: pad, unk, bos, eos)
 
 
@@ -99,7 +111,7 @@ class DataConfig:
     spm_sentences: int = 2_000_000  # sentences sampled to learn the vocabulary
     max_len: int = 256  # training pairs longer than this (wordpieces, either side) are dropped
     max_len_ratio: float = 9.0  # and pairs whose length ratio exceeds this
-    cache_dir: str = "${oc.env:ABLATE_CACHE,${oc.env:HOME}/.cache/ablate}"
+    cache_dir: str = DEFAULT_CACHE
     num_workers: int = 0
     # BPE-dropout (Provilkov et al. 2020; not in the paper, off): each epoch the training text is segmented
     # again with each merge dropped with this probability; dev/test and decoding keep the deterministic one

@@ -138,14 +138,14 @@ def _local_pairs(cfg: DataConfig) -> dict[str, PairSource]:
     return pairs
 
 
-def _pairs_fingerprint(pairs: dict[str, PairSource], cfg: DataConfig) -> str | None:
+def _pairs_fingerprint(pairs: dict[str, PairSource]) -> str | None:
     """The content of file pairs by role (train.src, ...): their paths are in the config already."""
     named = [
         (f"{split}.{side}", p)
         for split, pair in pairs.items()
         for side, p in zip(SIDES, (pair.src, pair.tgt))
     ]
-    return fingerprint.files_fingerprint(named, cfg.cache_dir) if named else None
+    return fingerprint.files_fingerprint(named) if named else None
 
 
 def _file_inputs(pairs: dict[str, PairSource]) -> binarize.Inputs:
@@ -163,8 +163,8 @@ def _files_inputs(run: RunConfig, log: Log) -> binarize.Inputs:
 def _multi30k_root(cfg: DataConfig) -> str:
     if not cfg.root:
         raise ConfigError(
-            "data.root must name a folder of Multi30k raw files "
-            "(python -m ablate.prepare data=multi30k downloads them)"
+            "data.root must name a folder of Multi30k raw files (data=multi30k reads it from MULTI30K_DIR; "
+            "python -m ablate.prepare data=multi30k downloads them)"
         )
     return cfg.root
 
@@ -180,7 +180,7 @@ def _multi30k_fingerprint(run: RunConfig) -> str | None:
         pairs = sources.multi30k_pairs(cfg.root, cfg.src_lang, cfg.tgt_lang) if cfg.root else {}
     except sources.DataError:  # reported when the corpus is built
         return None
-    return _pairs_fingerprint(pairs, cfg)
+    return _pairs_fingerprint(pairs)
 
 
 def _multi30k_download(run: RunConfig, log: Log) -> DataConfig:
@@ -220,7 +220,7 @@ def _wmt14_inputs(spec: wmt14.Spec, run: RunConfig, log: Log) -> binarize.Inputs
 
 def _wmt14_identity(spec: wmt14.Spec, run: RunConfig) -> dict:
     cfg = run.data
-    local = _pairs_fingerprint(_local_pairs(cfg), cfg)  # none: the key of a corpus prepared before stays
+    local = _pairs_fingerprint(_local_pairs(cfg))  # none: the key of a corpus prepared before stays
     return {"release": spec.key(cfg.src_lang, cfg.tgt_lang), **({"fingerprint": local} if local else {})}
 
 
@@ -228,7 +228,7 @@ def wmt14_source(spec: wmt14.Spec) -> Source:
     """The release is pinned by its checksums (spec.key): only local replacement files are fingerprinted."""
     return Source(
         partial(_wmt14_inputs, spec),
-        lambda run: _pairs_fingerprint(_local_pairs(run.data), run.data),
+        lambda run: _pairs_fingerprint(_local_pairs(run.data)),
         partial(_wmt14_identity, spec),
     )
 
@@ -254,12 +254,12 @@ def _parsing_fingerprint(run: RunConfig) -> str | None:
             named += [(f"{section}/{p.name}", p) for p in files]
     if cfg.silver_trees:
         named.append(("silver", cfg.silver_trees))
-    return fingerprint.files_fingerprint(named, run.data.cache_dir) if named else None
+    return fingerprint.files_fingerprint(named) if named else None
 
 
 SOURCES: dict[str, Source] = {
     "builtin": Source(_builtin_inputs, identity=_builtin_identity),
-    "files": Source(_files_inputs, lambda run: _pairs_fingerprint(_local_pairs(run.data), run.data)),
+    "files": Source(_files_inputs, lambda run: _pairs_fingerprint(_local_pairs(run.data))),
     "multi30k": Source(_multi30k_inputs, _multi30k_fingerprint, download=_multi30k_download),
     "wmt14_en_de": wmt14_source(wmt14.WMT14_EN_DE),
     "wsj": Source(_parsing_inputs, _parsing_fingerprint),  # parsing (6.3): the WSJ treebank as parallel text

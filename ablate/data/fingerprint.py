@@ -1,10 +1,12 @@
 """Content fingerprints of input files, cheap enough to take on every start.
 
 A file's fingerprint is the sha256 of its bytes. Reading 4.5M pairs on every start would cost minutes, so the
-hash is kept beside the prepared corpora, in <cache>/fingerprints/<sha256 of the real path>.json holding
-{path, size, mtime_ns, sha256}, and read again only when the file's size or mtime differs from the stored
-ones: an edited file is hashed again (and a changed hash names a new corpus and a new run), while `touch`
-alone costs one read and changes nothing. Within a process the answers are remembered by (path, size, mtime).
+hash is kept in this machine's cache ($ABLATE_CACHE, else ~/.cache/ablate: the files are this machine's,
+whatever config, composed or recorded, names them), in <cache>/fingerprints/<sha256 of the real path>.json
+holding {path, size, mtime_ns, sha256}, and read again only when the file's size or mtime differs from the
+stored ones: an edited file is hashed again (and a changed hash names a new corpus and a new run), while
+`touch` alone costs one read and changes nothing. A cache that cannot be written costs a read a process.
+Within a process the answers are remembered by (path, size, mtime).
 
 A path that cannot be read gets a marker instead of a hash ('missing', 'folder', 'unreadable'): the reader
 reports it with its own one-line error when the corpus is built, and the run's identity stays computable.
@@ -19,6 +21,8 @@ import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+
+from ablate.config.schema import default_cache
 
 _memo: dict[tuple[str, int, int], str] = {}
 
@@ -72,9 +76,9 @@ def _store(path: Path | None, entry: dict) -> None:
         pass
 
 
-def file_fingerprint(path: str | os.PathLike, cache_dir: str) -> str:
+def file_fingerprint(path: str | os.PathLike, cache_dir: str | None = None) -> str:
     """sha256 of the file's content, hashed again only when its size or mtime changed; a marker for a path
-    that is not a readable file."""
+    that is not a readable file. Kept under `cache_dir` (default: this machine's cache)."""
     real = os.path.realpath(path)
     try:
         st = os.stat(real)
@@ -87,7 +91,7 @@ def file_fingerprint(path: str | os.PathLike, cache_dir: str) -> str:
     memo_key = (real, st.st_size, st.st_mtime_ns)
     if memo_key in _memo:
         return _memo[memo_key]
-    cache = _cache_file(cache_dir, real)
+    cache = _cache_file(default_cache() if cache_dir is None else cache_dir, real)
     digest = _stored(cache, real, st.st_size, st.st_mtime_ns)
     if digest is None:
         try:
@@ -108,6 +112,6 @@ def combine(named: Iterable[tuple[str, str]]) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def files_fingerprint(named: Iterable[tuple[str, str | os.PathLike]], cache_dir: str) -> str:
+def files_fingerprint(named: Iterable[tuple[str, str | os.PathLike]], cache_dir: str | None = None) -> str:
     """One fingerprint of (name, path) pairs: the names and their files' content fingerprints."""
     return combine((name, file_fingerprint(p, cache_dir)) for name, p in named)

@@ -5,8 +5,11 @@ resumed when interrupted.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
+import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,10 @@ DATA_PATHS = (
     "data.silver_trees",
 )
 
+# The data paths a task's own keys hold (records.identity hashes them under their old names, DATA_PATHS).
+TASK_DATA_PATHS = ("task_cfg.treebank_dir", "task_cfg.silver_trees")
+_ENV = re.compile(r"^\$\{oc\.env:(\w+)")
+
 # A moved key is hashed under its old name (config.RENAMED), so that a run keeps the id its record has.
 OLD_NAMES = {new: old for old, (new, _) in RENAMED.items()}
 
@@ -61,7 +68,9 @@ def identity_dict(cfg) -> dict[str, Any]:
     if hasattr(cfg.task_cfg, "__dataclass_fields__"):  # the task's own keys, against its own defaults
         defaults |= flat_fields(type(cfg.task_cfg)(), "task_cfg.")
     out = {}
-    for key, value in flat_fields(cfg).items():
+    flat = flat_fields(cfg)
+    flat["model.explicit"] = explicit_that_counts(cfg)
+    for key, value in flat.items():
         if key in NOT_IDENTITY or key.split(".")[0] in NOT_IDENTITY:
             continue
         if isinstance(value, tuple):
@@ -88,6 +97,38 @@ def identity_dict(cfg) -> dict[str, Any]:
     return out
 
 
+def explicit_that_counts(cfg) -> list[str]:
+    """The row keys the command line gave (`model.explicit`) whose being given changes what the run builds:
+    a key given is taken as it is rather than relative to the recipe's base and unscaled (config.row_arch,
+    config.arch.own_values), which under the paper's base and scale, or for a key the recipe does not
+    scale (model.arch, model.dropout), changes nothing. Those that change nothing are not in the identity:
+    a row's own value given on the command line (`model.arch=<the row's>`) names the same run as the row
+    alone. Dropped one at a time, in order, while the model built stays the same."""
+    from dataclasses import replace
+
+    from ablate.config import row_arch
+    from ablate.config.arch import own_values
+
+    keys = list(cfg.model.explicit or [])
+    if not keys:
+        return []
+
+    def built(given: list[str]):
+        c = replace(cfg, model=replace(cfg.model, explicit=given))
+        own = own_values(c) if any(k.startswith("args.") for k in keys) else None
+        return row_arch(c), own
+
+    try:
+        kept, full = keys, built(keys)
+        for key in sorted(keys):
+            fewer = [k for k in kept if k != key]
+            if built(fewer) == full:
+                kept = fewer
+    except Exception:  # noqa: BLE001 - a model that does not load or a row that does not scale: as given
+        return keys
+    return kept
+
+
 def run_id(cfg) -> str:
     """'<row>-<12 hex of the config hash>-s<seed>'."""
     blob = json.dumps(identity_dict(cfg), sort_keys=True, default=str)
@@ -97,3 +138,81 @@ def run_id(cfg) -> str:
 
 def run_dir(cfg) -> Path:
     return Path(cfg.results_dir) / cfg.model.name / run_id(cfg)
+
+
+# ---- A recorded data path is the writing machine's. Read on another machine (the data in another folder),
+# it is mapped to the folder this machine's presets give the same key (its environment variable:
+# data=multi30k reads data.root from MULTI30K_DIR) where the content is the same: the run's id, which names
+# its data by content, comes out the record's. Otherwise it is left as written (and read, never written to).
+
+
+def relocate(config: dict[str, Any], recorded_id: str) -> dict[str, Any]:
+    """A record's config (current layout) with each data path that does not exist here replaced by this
+    machine's for the same key, where the run's id stays `recorded_id`; as it was otherwise."""
+    paths = {key: value for key, value in _data_paths(config).items() if not os.path.exists(value)}
+    if not paths:
+        return config
+    here = preset_sources(_presets(config))
+    candidate = json.loads(json.dumps(config))
+    for key in paths:
+        var = here.get(key)
+        if var and os.environ.get(var):
+            group, name = key.split(".")
+            candidate[group][name] = os.environ[var]
+    if candidate == config:
+        return config
+    try:
+        from ablate.config import to_dataclass
+
+        same = run_id(to_dataclass(candidate)) == recorded_id
+    except Exception:  # noqa: BLE001 - a config this version cannot type: read as written
+        return config
+    return candidate if same else config
+
+
+def _data_paths(config: dict[str, Any]) -> dict[str, str]:
+    out = {}
+    for key in (*DATA_PATHS, *TASK_DATA_PATHS):
+        group, name = key.split(".")
+        node = config.get(group)
+        value = node.get(name) if isinstance(node, dict) else None
+        if isinstance(value, str) and os.path.isabs(value):
+            out[key] = value
+    return out
+
+
+def _presets(config: dict[str, Any]) -> tuple[str, ...]:
+    """The presets that composed a recorded config: its experiment, else its data and task."""
+    if config.get("experiment"):
+        return (f"experiment={config['experiment']}",)
+    data = (config.get("data") or {}).get("name")
+    return tuple(f"{k}={v}" for k, v in (("data", data), ("task", config.get("task"))) if v)
+
+
+@functools.cache
+def preset_sources(presets: tuple[str, ...]) -> dict[str, str]:
+    """{data path key: the environment variable it is read from} in the config that `presets` (experiment,
+    recipe, scale, data, task overrides) compose to here; {} where they do not compose."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    from ablate.config import register_configs
+
+    keys = ("experiment", "recipe", "scale", "data", "task")
+    given = [o for o in presets if o.split("=", 1)[0] in keys]
+    if GlobalHydra.instance().is_initialized():
+        return {}  # inside another Hydra application: none known
+    register_configs()
+    try:
+        with initialize_config_dir(str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+            raw = OmegaConf.to_container(compose("config", overrides=[*given, "logger=none"]), resolve=False)
+    except Exception:  # noqa: BLE001 - a preset this checkout does not have: no variable known
+        return {}
+    out = {}
+    for key in (*DATA_PATHS, *TASK_DATA_PATHS):
+        group, name = key.split(".")
+        value = raw.get(group).get(name) if isinstance(raw.get(group), dict) else None
+        if isinstance(value, str) and (m := _ENV.match(value)):
+            out[key] = m.group(1)
+    return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import re
 import subprocess
 import sys
 import tokenize
@@ -102,13 +103,15 @@ def _yaml_text(data: bytes) -> bytes:
 
 
 @functools.cache  # once a process: the code a process runs is the code it loaded
-def code_hash(task: str, outside: tuple[str, ...] | None = None) -> str:
+def code_hash(task: str, outside: tuple[str, ...] | None = None, roots: tuple[Path, ...] = ()) -> str:
     """One hash of what can change a result (`result_text`) in every file a run of `task` may run, and for
-    a task outside the package the files `outside` names (task_files), else every file of its folders."""
+    a task outside the package the files `outside` names (task_files; found under `roots` too), else every
+    file of its folders."""
     h = hashlib.sha256()
     files = [(p, _digest(p, ROOT / p)) for p in _package_files() if runs(task, p)]
     names = outside if outside is not None else tuple(name for name, _ in _outside_files(task))
-    files += [(name, _digest(name, _outside_path(task, name))) for name in names]
+    places = _roots(task, roots) if names else []
+    files += [(name, _digest(name, _outside_path(places, name))) for name in names]
     for name, digest in sorted(files):
         h.update(name.encode() + b"\0" + digest)
     return h.hexdigest()[:12]
@@ -139,31 +142,77 @@ def _name(folder: Path, f: Path) -> str:
     return f"{folder.name}/{f.relative_to(folder).as_posix()}"
 
 
-def _outside_path(task: str, name: str) -> Path | None:
-    """The file a task_files name means today: under the task's folder of that name, or an absolute path."""
-    if Path(name).is_absolute():
-        return Path(name)
+# ---- A file outside the package is known by its place: '<folder>/<path inside it>', the folder one of the
+# roots (its task's folders, its model's and criterion's, the study's, the current folder) and named by its
+# own name. Where the study moved or was renamed, the same place is found under today's roots (a name whose
+# folder is no root's name: its path inside, under the first root that has it); a name written as an
+# absolute path (a record of an earlier version) by the longest tail of it that a root holds.
+
+
+def _roots(task: str, extra: tuple[Path, ...] = ()) -> list[Path]:
+    """Where a file of a run of `task` outside the package may lie here and now, most specific first."""
+    return list(dict.fromkeys(p.resolve() for p in (*_folders(task), *extra, *_bases())))
+
+
+def _bases() -> list[Path]:
+    """The study's folder (where the command is in one) and the current folder."""
+    from ablate.config.study import current_study
+
+    try:
+        study = current_study().root
+    except ConfigError:  # a bad $ABLATE_STUDY: said by the command that reads it
+        study = None
+    return [p.resolve() for p in (study, Path.cwd()) if p is not None]
+
+
+def _outside_path(roots: list[Path], name: str) -> Path | None:
+    """The file a task_files name means today, under `roots` (_roots); None where none holds it."""
+    path = Path(name)
+    if path.is_absolute():
+        if path.is_file():
+            return path
+        parts = path.parts[1:]
+        tails = [Path(*parts[i:]) for i in range(len(parts))]
+        return next((r / t for t in tails for r in roots if (r / t).is_file()), None)
     head, _, rest = name.partition("/")
-    return next((f / rest for f in _folders(task) if f.name == head), None)
+    named = [r for r in roots if r.name == head]
+    if named:
+        return named[0] / rest
+    return next((r / rest for r in roots if (r / rest).is_file()), None)
+
+
+def _place(roots: list[Path], name: str) -> str:
+    """How a reason shows a task_files name: its path in the study (or the current folder) where it lies
+    there, else its name; never a machine's absolute path (a report shows it)."""
+    found = _outside_path(roots, name)
+    for base in _bases():
+        if found is not None and found.resolve().is_relative_to(base):
+            return found.resolve().relative_to(base).as_posix()
+    if Path(name).is_absolute():
+        return "/".join(Path(name).parts[-2:])
+    return name
 
 
 def task_files(task: str, config_files: list[str] = (), code: tuple[str, ...] = ()) -> dict[str, str]:
     """What a run reads outside the package, as its record keeps it (name -> the hash of its result_text):
     the modules this process has imported from its task's folders (a task outside the package) and from
     `code`, the folders of a researcher's model and criterion, and `config_files`, the config files its
-    command composed from the researcher's folders (Hydra's defaults list). A file inside one of the
-    task's folders is named by the folder's name and its path inside it, any other by its path. {} for a
-    run of the package's own task, model and criterion."""
+    command composed from the researcher's folders (Hydra's defaults list). Each file is named by its place
+    (`_roots`): the folder's name and its path inside it, the task's folders first, then its model's, the
+    study's and the current folder; a file outside all of them by its path. {} for a run of the package's
+    own task, model and criterion."""
     folders = [f.resolve() for f in _folders(task)]
     imported = folders + [Path(c).resolve() for c in code]
     if not imported:
         return {}
-    files = {Path(m.__file__).resolve() for m in list(sys.modules.values()) if getattr(m, "__file__", None)}
+    loaded = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+    files = {Path(f).resolve() for f in loaded if f and Path(f).is_absolute()}  # torch._ops: '_ops.py'
     files = {f for f in files if f.suffix == ".py" and any(f.is_relative_to(d) for d in imported)}
     files |= {Path(c).resolve() for c in config_files}
+    roots = _roots(task, tuple(Path(c) for c in code))
     out = {}
     for f in sorted(files):
-        folder = next((d for d in folders if f.is_relative_to(d)), None)
+        folder = next((d for d in roots if f.is_relative_to(d)), None)
         name = _name(folder, f) if folder else str(f)
         out[name] = _digest(name, f).hex()[:12]
     return out
@@ -174,7 +223,30 @@ def outside_facts(task: str, config_files: list[str] = (), code: tuple[str, ...]
     and criterion's folders, `code`): its task_files and the code hash over them (none for the package's
     own: facts() has it)."""
     files = task_files(task, config_files, code)
-    return {"task_files": files, "code_hash": code_hash(task, tuple(sorted(files)))} if files else {}
+    roots = tuple(Path(c).resolve() for c in code)
+    return {"task_files": files, "code_hash": code_hash(task, tuple(sorted(files)), roots)} if files else {}
+
+
+def model_folders(config: Any) -> tuple[Path, ...]:
+    """The folders of a record's model and criterion where they are a researcher's (`module:Class`), found
+    by where Python would import them from, without importing them; () for the package's own."""
+    import importlib.util
+
+    from ablate.config.arch import ARCHS, CRITERIA
+
+    model = (config or {}).get("model") if isinstance(config, dict) else None
+    out = []
+    for key, ours in (("arch", ARCHS), ("criterion", CRITERIA)):
+        name = (model or {}).get(key)
+        if not isinstance(name, str) or name in ours or ":" not in name:
+            continue
+        try:
+            spec = importlib.util.find_spec(name.partition(":")[0])
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin and Path(spec.origin).is_file():
+            out.append(Path(spec.origin).resolve().parent)
+    return tuple(dict.fromkeys(out))
 
 
 def _package_files() -> list[str]:
@@ -200,12 +272,19 @@ def uncommitted(task: str) -> list[str]:
 
 
 def why_stale(rec: dict[str, Any]) -> str | None:
-    """Why `rec` is stale (one phrase naming what changed), or None where it is current."""
+    """Why `rec` is stale (one phrase naming what changed), or None where it is current. The phrase names
+    files by their place (the package's, the study's), never by a machine's absolute path."""
+    why = _why_stale(rec)
+    return None if why is None else _no_machine_paths(why)
+
+
+def _why_stale(rec: dict[str, Any]) -> str | None:
     task = rec.get("task") or DEFAULT_TASK
     files = rec.get("task_files")
     outside = tuple(sorted(files)) if isinstance(files, dict) else None
+    roots = model_folders(rec.get("config")) if outside else ()
     try:
-        now = code_hash(task) if outside is None else code_hash(task, outside)
+        now = code_hash(task) if outside is None else code_hash(task, outside, roots)
     except ConfigError as e:  # a task outside the package that this machine cannot import
         return f"its code cannot be read here ({e})"
     if rec.get("code_hash") == now:
@@ -213,7 +292,7 @@ def why_stale(rec: dict[str, Any]) -> str | None:
     if rec.get("code_hash") in _anchors().get(task, {}):
         now = _changed_since_head(task)
         return f"code changed: uncommitted change to {', '.join(now)}" if now else None
-    theirs = _outside_changed(task, files)
+    theirs = _outside_changed(task, files, roots)
     if rec.get("uncommitted"):
         also = f", or {theirs}" if theirs else ""
         return f"made from uncommitted code ({', '.join(rec['uncommitted'])}), changed since{also}"
@@ -229,19 +308,37 @@ def why_stale(rec: dict[str, Any]) -> str | None:
     return f"code changed since {rev[:10]}: {what or 'its files'}"
 
 
-def _outside_changed(task: str, files: Any) -> str:
+def _outside_changed(task: str, files: Any, roots: tuple[Path, ...] = ()) -> str:
     """What changed outside the package: the files of task_files whose hash is not the record's (a record
     without them: its task's folder, any file of it); '' for a task of the package."""
     folders = _folders(task)
     if not isinstance(files, dict):
-        return f"its task's folder {folders[0]}" if folders else ""
+        return f"its task's folder {folders[0].name}/" if folders else ""
+    places = _roots(task, roots)
     changed = [
-        str(_outside_path(task, name) or name)
+        _place(places, name)
         for name, digest in sorted(files.items())
-        if _digest(name, _outside_path(task, name)).hex()[:12] != digest
+        if _digest(name, _outside_path(places, name)).hex()[:12] != digest
     ]
     whose = "its task's" if folders else "its model's"  # a package task reads outside only its model's code
     return f"{whose} {', '.join(changed)}" if changed else ""
+
+
+_ABSOLUTE = re.compile(r"(?<![\w.~/])(/[^\s:,;()'\"]+)")
+
+
+def _no_machine_paths(text: str) -> str:
+    """`text` with each absolute path in it as a place: relative to the study's folder or the current one
+    where it lies there, else its last two parts (a message of the researcher's code may carry one)."""
+
+    def shown(m: re.Match) -> str:
+        path = Path(m.group(1))
+        for base in _bases():
+            if path.is_relative_to(base):
+                return path.relative_to(base).as_posix()
+        return "/".join(path.parts[-2:])
+
+    return _ABSOLUTE.sub(shown, text)
 
 
 @functools.cache

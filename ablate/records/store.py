@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import migrate
-from ablate.records.identity import run_id
+from ablate.records.identity import relocate, run_id
 from ablate.records.status import SCHEMA_VERSION, STATUSES, schema_problem
 
 RECORD_NAME = "record.json"
@@ -27,7 +27,23 @@ def new_record(cfg, **fields: Any) -> dict[str, Any]:
     from dataclasses import asdict
 
     return _record(run_id(cfg), cfg.model.name, cfg.model.group, cfg.seed, cfg.task, cfg.sweep_name,
-                   asdict(cfg), **fields)  # fmt: skip
+                   portable(asdict(cfg)), **fields)  # fmt: skip
+
+
+# Where a machine keeps what it prepares: not what a run computes (records.identity.NOT_IDENTITY), and the
+# writing machine's folder, never a place for another machine (or another user) to write. A new record does
+# not name it; one that does (written before) is read without it: a config read back takes this machine's
+# cache (config.DEFAULT_CACHE: $ABLATE_CACHE, else ~/.cache/ablate).
+MACHINE_KEYS = ("data.cache_dir",)
+
+
+def portable(config: dict[str, Any]) -> dict[str, Any]:
+    """A record's config without the keys that name a machine's own folders (MACHINE_KEYS)."""
+    for key in MACHINE_KEYS:
+        group, name = key.split(".")
+        if isinstance(config.get(group), dict):
+            config[group].pop(name, None)
+    return config
 
 
 BASELINE = "baseline"  # the group of a parser that needs no training run (ablate.baseline)
@@ -156,7 +172,7 @@ def read_record(path: str | os.PathLike) -> dict[str, Any]:
     if problem:
         raise RecordError(f"{path}: not a result record ({problem})")
     if isinstance(rec.get("config"), dict):  # read in the current layout; the file keeps what it was written
-        rec["config"] = migrate(rec["config"])
+        rec["config"] = relocate(portable(migrate(rec["config"])), rec["run_id"])
     return rec
 
 

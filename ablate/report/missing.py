@@ -4,8 +4,11 @@ and overrides; a record made before these were kept: the recipe, scale and setti
 
 from __future__ import annotations
 
+import os
+import re
 import shlex
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,8 @@ from ablate.config import (
     default_results,
 )
 from ablate.config.study import Study
-from ablate.records.identity import NOT_IDENTITY
+from ablate.records.identity import DATA_PATHS, NOT_IDENTITY, TASK_DATA_PATHS, preset_sources
+from ablate.records.store import MACHINE_KEYS
 from ablate.report.analysis import Analysis
 from ablate.report.collect import DEFAULT_CONF_MODEL, Collection, Run
 
@@ -102,7 +106,7 @@ def command_overrides(run: Run | None, results_dir: str | None = None) -> list[s
     shell-quoted; for a record made before launch was kept, rebuilt from its config (run_overrides)."""
     launch = run.rec.get("launch") if run is not None else None
     if not isinstance(launch, dict) or not isinstance(launch.get("overrides"), list):
-        return run_overrides(run, results_dir, preset_values(run_overrides(run)))
+        return placeless(run_overrides(run, results_dir, preset_values(run_overrides(run))), _hydra_value)
     out = [f"hydra.searchpath=[{','.join(launch['searchpath'])}]"] if launch.get("searchpath") else []
     for o in launch["overrides"]:
         key = o.lstrip("+~").split("=", 1)[0]
@@ -110,7 +114,7 @@ def command_overrides(run: Run | None, results_dir: str | None = None) -> list[s
             out.append(o)
     if results_dir and results_dir != default_results():
         out.append(f"results_dir={results_dir}")
-    return [shlex.quote(o) for o in out]
+    return [shlex.quote(o) for o in placeless(out, str)]
 
 
 def _hydra_value(v: Any) -> str:
@@ -169,6 +173,44 @@ def run_overrides(
         out.append(f"task={run.rec['task']}")
     if results_dir and results_dir != default_results():
         out.append(f"results_dir={_hydra_value(results_dir)}")
+    return out
+
+
+# ---- A printed command names the data by what names it on every machine, never by one machine's folder
+# (nor its cache: data.cache_dir is left out, the command's machine keeps its own):
+# a data path the presets read from an environment variable (data=multi30k: data.root from MULTI30K_DIR)
+# is left to them; a path inside the current folder is given relative to it; any other as a variable of
+# its own (`data.train_src=${oc.env:ABLATE_DATA_TRAIN_SRC}`). The variables not set here are said once.
+DATA_PATH_KEYS = (*DATA_PATHS, *TASK_DATA_PATHS)
+
+
+def placeless(overrides: list[str], quote: Callable[[str], str]) -> list[str]:
+    """`overrides` with each data path as every machine can name it (above), each new value through `quote`
+    (the shell's quoting to come, or Hydra's); a note on stderr for each variable the command reads that
+    this shell does not set."""
+    out, unset = [], []
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        key_as_given = o[: len(o) - len(value) - 1]
+        path = os.path.expanduser(value.strip("'\""))
+        if key in MACHINE_KEYS:  # where the launching machine kept its cache: this one keeps its own
+            continue
+        if key not in DATA_PATH_KEYS or not os.path.isabs(path):
+            out.append(o)
+            continue
+        here = Path.cwd().resolve()
+        if Path(path).resolve().is_relative_to(here):
+            out.append(f"{key_as_given}={quote(Path(path).resolve().relative_to(here).as_posix())}")
+            continue
+        var = preset_sources(tuple(overrides)).get(key)
+        if var is None:
+            var = "ABLATE_" + re.sub(r"\W", "_", key).upper()
+            out.append(f"{key_as_given}={quote(f'${{oc.env:{var}}}')}")
+        if var not in os.environ:
+            unset.append((var, key))
+    for var, key in dict.fromkeys(unset):
+        said = "set it to this machine's copy (records name data by content: the same files, the same runs)"
+        print(f"note: the command reads {key} from ${var}, not set here: {said}", file=sys.stderr)
     return out
 
 

@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import importlib.metadata
 import json
+import modulefinder
 import sysconfig
 import traceback
 from collections.abc import Callable, Mapping
@@ -292,13 +293,14 @@ def _api_source(task: Task):
 
     def identity(run) -> dict:
         code = hashlib.sha256(Path(importlib.import_module(type(task).__module__).__file__).read_bytes())
+        helpers = {"helpers": h} if (h := _helpers(task)) else {}  # none: a corpus prepared before stays
         return {"task": task.name, "code": code.hexdigest()[:16], "identity": task.data_identity(run),
-                "vocabulary": repr(task.vocabulary), "files": fingerprint(run)}  # fmt: skip
+                "vocabulary": repr(task.vocabulary), "files": fingerprint(run), **helpers}  # fmt: skip
 
     def fingerprint(run) -> str | None:
         named = [(f"{name}.{side}", getattr(split, side)) for name, split in given(run).items()
                  if isinstance(split, Files) for side in ("src", "tgt")]  # fmt: skip
-        return files_fingerprint(named, run.data.cache_dir) if named else None
+        return files_fingerprint(named) if named else None
 
     def inputs(run, log) -> Inputs:
         splits = {}
@@ -319,6 +321,48 @@ def _api_source(task: Task):
         return Inputs(splits, key, vocab=vocab)
 
     return Source(inputs, fingerprint, identity)
+
+
+def _helpers(task: Task) -> dict[str, str]:
+    """The modules a task's module imports from its own folder and the study's (and what those import, in
+    any function too, as Python's modulefinder reads the code without running it), each by its path there
+    and the sha256 of its bytes: an edit to one prepares the corpus again, as it stales the task's records.
+    The task's module itself is not among them (its own key)."""
+    from ablate.config.study import current_study
+
+    name = type(task).__module__
+    file = Path(importlib.import_module(name).__file__).resolve()
+    top = file.parents[len(name.split(".")) - (file.name != "__init__.py")]  # where Python imports it from
+    inside = [Path(p).resolve() for p in _own_code(task) if Path(p).is_absolute()]
+    try:
+        study = current_study().root
+    except ConfigError:
+        study = None
+    inside += [study.resolve()] if study is not None else []
+    finder = _LocalFinder(str(top), inside)
+    try:
+        finder.import_hook(name)
+    except (ImportError, SyntaxError, OSError):  # the module loaded: what the finder cannot read stays out
+        pass
+    found = sorted({Path(m.__file__).resolve() for m in finder.modules.values() if m.__file__} - {file})
+    return {f.relative_to(top).as_posix(): hashlib.sha256(f.read_bytes()).hexdigest()[:16] for f in found}
+
+
+class _LocalFinder(modulefinder.ModuleFinder):
+    """Python's modulefinder over one folder, following only the modules that lie in `inside`."""
+
+    def __init__(self, top: str, inside: list[Path]):
+        super().__init__(path=[top])
+        self.inside = inside
+
+    def find_module(self, name, path, parent=None):
+        found = super().find_module(name, path, parent)
+        where = found[1]
+        if where and not any(Path(where).resolve().is_relative_to(d) for d in self.inside):
+            if found[0]:
+                found[0].close()
+            raise ImportError(name)
+        return found
 
 
 _LOADED: dict[str, Task] = {}
