@@ -20,8 +20,9 @@ def is_ablate(search_path: ConfigSearchPath) -> bool:
     """Whether the app's primary config folder is the package's conf/ (an ablate command)."""
     ours = package_conf().resolve()
     for el in search_path.get_path():
-        if el.provider == "main" and el.path and el.path.startswith("file://"):
-            return Path(el.path.removeprefix("file://")).resolve() == ours
+        path = (el.path or "").removeprefix("file://")  # a config_path given absolute has no scheme
+        if el.provider == "main" and path and "://" not in path:
+            return Path(path).resolve() == ours
     return False
 
 
