@@ -58,7 +58,8 @@ def test_a_studys_configs_are_its_conf_folder_or_a_package_entry(tmp_path, monke
     other = tmp_path / "o"
     other.mkdir()
     (other / "study.yaml").write_text("conf: pkg://kernels_study/conf\n")
-    assert current_study(other).searchpath == ["pkg://kernels_study/conf"] and current_study(other).conf is None
+    packaged = current_study(other)
+    assert packaged.searchpath == ["pkg://kernels_study/conf"] and packaged.conf is None
     bad = tmp_path / "b"
     bad.mkdir()
     (bad / "study.yaml").write_text("conf: configs\n")
@@ -79,8 +80,8 @@ def test_entering_a_study_puts_its_folder_on_the_module_path_for_this_process_an
     assert study.root == tmp_path.resolve() and sys.path[0] == str(tmp_path.resolve())
     assert os.environ[STUDY_ENV] == str(tmp_path.resolve())
     assert os.environ["PYTHONPATH"] == f"{tmp_path.resolve()}{os.pathsep}/elsewhere"
-    child = subprocess.run([sys.executable, "-c", "import s_mod; print(s_mod.X)"], cwd="/", capture_output=True,
-                           text=True, env=dict(os.environ))  # fmt: skip
+    code = "import s_mod; print(s_mod.X)"
+    child = subprocess.run([sys.executable, "-c", code], cwd="/", capture_output=True, text=True)
     assert child.stdout.strip() == "42", child.stderr
 
 
@@ -94,7 +95,7 @@ def test_the_wheel_carries_every_config_the_commands_compose(tmp_path):
     conf = {f"ablate/conf/{f.relative_to(ROOT / 'conf').as_posix()}" for f in (ROOT / "conf").rglob("*.yaml")}
     assert "ablate/conf/config.yaml" in conf and conf <= names
     assert "hydra_plugins/ablate_study/study_searchpath.py" in names
-    assert {n for n in names if n.startswith("ablate/scaffold/")} and not any("__pycache__" in n for n in names)
+    assert any(n.startswith("ablate/scaffold/") for n in names) and not any("__pycache__" in n for n in names)
     assert package_conf() == ROOT / "conf"  # a checkout: conf/ at the top level
 
 
@@ -137,7 +138,7 @@ def test_a_studys_printed_commands_run_as_printed_from_its_folder_in_a_clean_she
     results = study / "results"
     assert set(_cells(results)) == {("base", 1), ("wide", 1)}
     for rec in results.rglob("record.json"):
-        assert json.loads(rec.read_text())["launch"]["searchpath"] == []  # the study's own folder: by the rule
+        assert json.loads(rec.read_text())["launch"]["searchpath"] == []  # the study's folder: by the rule
     report = ["python", "-m", "ablate.report", "metrics", "--task", "reverse_task:ReverseTask", "--out", "-"]
     (printed,) = run([*report, "--missing-command", "--seeds", "1,2"], study, env).stdout.strip().splitlines()
     assert "searchpath" not in printed and "PYTHONPATH" not in printed and str(study) not in printed
@@ -145,9 +146,4 @@ def test_a_studys_printed_commands_run_as_printed_from_its_folder_in_a_clean_she
     run(["bash", "-c", printed], study, env)  # as printed, in a fresh shell
     trained = {c for c, started in _cells(results).items() if before.get(c) != started}
     assert trained == {("base", 2), ("wide", 2)}
-    named = {(r, int(s)) for r in ("base", "wide") for s in (2,)}
-    assert all(f"model={r}" in printed or r in printed for r, _ in named) and shlex.split(printed)[:3] == [
-        "python",
-        "-m",
-        "ablate.run",
-    ]
+    assert shlex.split(printed)[:3] == ["python", "-m", "ablate.run"]
