@@ -44,7 +44,8 @@ def write(folder: Path, name: str, model: bool) -> list[Path]:
     if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
         raise FileExistsError(f"{folder}: exists and is not an empty folder; a study starts in a new one")
     module = module_name(name)
-    fill = {"__STUDY__": name, "__MODULE__": module, "__MODEL_FLAG__": " --model" * model}
+    rows = "base,noattn" if model else "base,wide"  # the reference row and the study's own
+    fill = {"__STUDY__": name, "__MODULE__": module, "__MODEL_FLAG__": " --model" * model, "__ROWS__": rows}
     written = []
     for rel, src in files(model).items():
         text = src.read_text()

@@ -70,7 +70,7 @@ def test_a_study_runs_from_an_empty_folder_on_the_installed_wheel(venv, tmp_path
     results = study / "results"
     assert set(cells(results)) == {("base", 1), ("wide", 1)}
 
-    sweep = f"python -m ablate.run -m {preset} 'model=glob(*)' seed=1,2"
+    sweep = f"python -m ablate.run -m {preset} model=base,wide seed=1,2"
     plan = shell(f"{sweep} --plan", study, venv, home)
     assert "plan of 4 runs: 2 finished, 2 to train" in plan, plan
     shell(sweep, study, venv, home)
