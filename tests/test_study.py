@@ -147,3 +147,43 @@ def test_a_studys_printed_commands_run_as_printed_from_its_folder_in_a_clean_she
     trained = {c for c, started in _cells(results).items() if before.get(c) != started}
     assert trained == {("base", 2), ("wide", 2)}
     assert shlex.split(printed)[:3] == ["python", "-m", "ablate.run"]
+
+
+def test_ablate_new_writes_a_study_to_edit_and_never_over_one(tmp_path, monkeypatch, capsys):
+    from ablate.new import main, module_name
+
+    monkeypatch.delenv(STUDY_ENV, raising=False)
+    assert main([str(tmp_path / "k-1"), "--model"]) == 0
+    study = tmp_path / "k-1"
+    written = {p.relative_to(study).as_posix() for p in study.rglob("*") if p.is_file()}
+    assert written == {
+        "study.yaml", "README.md", "paper_table.csv", "paper_claims.yaml", "k_1_task.py", "k_1_model.py",
+        "conf/experiment/k-1.yaml", "conf/model/base.yaml", "conf/model/noattn.yaml", "tests/test_study.py",
+    }  # fmt: skip
+    assert current_study(study / "conf").name == "k-1" and current_study(study).reference == "base"
+    assert "arch: k_1_model:GRUSeq2Seq" in (study / "conf" / "model" / "base.yaml").read_text()
+    assert "task: k_1_task:CipherTask" in (study / "conf" / "experiment" / "k-1.yaml").read_text()
+    text = "".join((study / f).read_text() for f in written)
+    assert not any(key in text for key in ("__STUDY__", "__MODULE__", "__ROWS__", "__MODEL_FLAG__"))
+    assert main([str(study)]) == 2  # a study is never written over
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("exists and is not an empty folder; a study starts in a new one")
+    )
+    assert module_name("2nd study") == "s_2nd_study" and module_name("class") == "s_class"
+
+
+def test_the_scaffolds_word_accuracy_counts_words_at_their_place(tmp_path, monkeypatch):
+    """By hand: 'a b c' against 'a c c' has 2 of 3 words at their place, 'x' against 'y z' 0 of 2."""
+    from ablate.new import write
+
+    write(tmp_path / "s", "s", model=False)
+    monkeypatch.syspath_prepend(str(tmp_path / "s"))
+    import s_task
+
+    counts = s_task.word_counts(["a b c", "x"], ["a c c", "y z"])
+    assert counts.tolist() == [[2, 3], [0, 2]]
+    assert s_task.accuracy_of_sums({"word_counts": counts.sum(0)}) == pytest.approx(40.0)
+    scored = s_task.scores(["a b c", "x"], ["a b c", "y z"], "dev")
+    assert scored.figures == {"dev_wacc": pytest.approx(60.0), "dev_exact": 50.0}
