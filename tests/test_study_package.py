@@ -69,6 +69,8 @@ def test_a_study_runs_from_an_empty_folder_on_the_installed_wheel(venv, tmp_path
     shell(f"python -m ablate.run {preset} model=wide", study, venv, home)  # a row of the study's own
     results = study / "results"
     assert set(cells(results)) == {("base", 1), ("wide", 1)}
+    for rec in results.rglob("record.json"):  # both learn: 1 word in 18 is right at its place by chance
+        assert json.loads(rec.read_text())["metrics"]["dev_wacc"] > 30, rec
 
     sweep = f"python -m ablate.run -m {preset} model=base,wide seed=1,2"
     plan = shell(f"{sweep} --plan", study, venv, home)
