@@ -187,3 +187,25 @@ def test_the_scaffolds_word_accuracy_counts_words_at_their_place(tmp_path, monke
     assert s_task.accuracy_of_sums({"word_counts": counts.sum(0)}) == pytest.approx(40.0)
     scored = s_task.scores(["a b c", "x"], ["a b c", "y z"], "dev")
     assert scored.figures == {"dev_wacc": pytest.approx(60.0), "dev_exact": 50.0}
+
+
+def test_a_printed_command_leaves_out_the_folder_its_study_finds_by_the_rule(tmp_path, monkeypatch):
+    """A record launched with the study's conf/ typed (`hydra.searchpath`, before studies were found): the
+    command printed from the study leaves that entry out, and keeps a folder the study does not give."""
+    from ablate.report.collect import Run
+    from ablate.report.missing import command_overrides
+
+    monkeypatch.delenv(STUDY_ENV, raising=False)
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "study.yaml").write_text("name: s\n")
+    ours, other = f"file://{tmp_path.resolve()}/conf", "file:///shared/rows"
+    launch = {"overrides": ["experiment=s", "model=wide", "seed=2"], "searchpath": [ours, other]}
+    monkeypatch.chdir(tmp_path)
+    assert command_overrides(Run({"launch": launch, "config": {}})) == [
+        f"'hydra.searchpath=[{other}]'",
+        "experiment=s",
+    ]
+    monkeypatch.chdir(ROOT)  # outside the study: every folder it was launched with
+    assert (
+        command_overrides(Run({"launch": launch, "config": {}}))[0] == f"'hydra.searchpath=[{ours},{other}]'"
+    )
