@@ -88,6 +88,10 @@ def test_a_study_runs_from_an_empty_folder_on_the_installed_wheel(venv, tmp_path
     (wide,) = results.glob("wide/wide-*-s1")
     evaluated = shell(f"python -m ablate.evaluate {wide.relative_to(study)} --split test", study, venv, home)
     assert "test_wacc" in evaluated
+    shell("python -m ablate.report --task kern_task:CipherTask --out report.md --no-plots", study, venv, home)
+    full = (study / "report.md").read_text()  # the study's paper beside: its table's Δ, its claims
+    assert "| row | varies | dev word accuracy | Δ base | paper Δ | sign vs paper |" in full
+    assert "## The paper's claims" in full and "wider feed-forward layer" in full
     report = "python -m ablate.report metrics --task kern_task:CipherTask --out -"
     table = shell(report, study, venv, home)
     assert re.search(r"\| wide \| 2 \|", table) and "Δ" in table, table
