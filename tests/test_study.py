@@ -59,7 +59,7 @@ def test_a_studys_configs_are_its_conf_folder_or_a_package_entry(tmp_path, monke
     other.mkdir()
     (other / "study.yaml").write_text("conf: pkg://kernels_study/conf\n")
     packaged = current_study(other)
-    assert packaged.searchpath == ["pkg://kernels_study/conf"] and packaged.conf is None
+    assert packaged.searchpath == ["pkg://kernels_study/conf"] and packaged.conf is None  # not installed
     bad = tmp_path / "b"
     bad.mkdir()
     (bad / "study.yaml").write_text("conf: configs\n")
@@ -209,3 +209,20 @@ def test_a_printed_command_leaves_out_the_folder_its_study_finds_by_the_rule(tmp
     assert (
         command_overrides(Run({"launch": launch, "config": {}}))[0] == f"'hydra.searchpath=[{ours},{other}]'"
     )
+
+
+def test_a_study_packaged_elsewhere_is_found_by_its_pkg_entry_in_a_clean_shell(tmp_path):
+    """An installed study package (here on PYTHONPATH) holding its configs; a folder whose study.yaml names
+    them `pkg://kstudy/conf`: its experiment composes from there, nothing else typed."""
+    site, work = tmp_path / "site", tmp_path / "work"
+    experiment = site / "kstudy" / "conf" / "experiment"
+    experiment.mkdir(parents=True)
+    for package in (site / "kstudy", site / "kstudy" / "conf"):
+        (package / "__init__.py").write_text("")
+    (experiment / "kx.yaml").write_text("# @package _global_\nexperiment: kx\ntrain: {max_steps: 7}\n")
+    work.mkdir()
+    (work / "study.yaml").write_text("name: k\nconf: pkg://kstudy/conf\n")
+    env = clean_env(tmp_path / "home")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    out = run(["python", "-m", "ablate.run", "experiment=kx", "--cfg", "job"], work, env).stdout
+    assert "experiment: kx" in out and "max_steps: 7" in out

@@ -59,11 +59,15 @@ class Study:
 
     @property
     def conf(self) -> Path | None:
-        """The study's config folder (rows under model/, experiments under experiment/), if it has one."""
-        if self.root is None or self.conf_dir.startswith(PACKAGE_SCHEME):
+        """The study's config folder (rows under model/, experiments under experiment/), if it has one: a
+        folder of the study, or the folder of the installed package its `pkg://` entry names."""
+        if self.root is None:
             return None
-        folder = self.root / self.conf_dir
-        return folder if folder.is_dir() else None
+        if self.conf_dir.startswith(PACKAGE_SCHEME):
+            folder = package_folder(self.conf_dir)
+        else:
+            folder = self.root / self.conf_dir
+        return folder if folder is not None and folder.is_dir() else None
 
     @property
     def searchpath(self) -> list[str]:
@@ -71,6 +75,18 @@ class Study:
         if self.root is not None and self.conf_dir.startswith(PACKAGE_SCHEME):
             return [self.conf_dir]
         return [f"file://{self.conf}"] if self.conf is not None else []
+
+
+def package_folder(entry: str) -> Path | None:
+    """The folder of a `pkg://<package>/<dir>` entry (Hydra's: `<package>.<dir>`, an importable package), or
+    None where it cannot be imported or is not a folder on disk."""
+    from importlib import resources
+
+    try:
+        found = Path(str(resources.files(entry.removeprefix(PACKAGE_SCHEME).replace("/", ".").rstrip("."))))
+    except (ImportError, TypeError, ValueError):
+        return None
+    return found if found.is_dir() else None
 
 
 def study_root(start: Path | None = None) -> Path | None:
