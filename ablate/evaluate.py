@@ -13,12 +13,14 @@ from pathlib import Path
 
 import torch
 
+from ablate.config.study import enter
 from ablate.errors import first_line, os_error_line
 from ablate.records.folder import step_checkpoints, step_of
 from ablate.training.evaluation import evaluate_run, load_config
 
 
 def main(argv: list[str] | None = None) -> int:
+    enter()  # the study's task and model import by name (ablate.config.study)
     ap = argparse.ArgumentParser(prog="python -m ablate.evaluate", description=__doc__.split("\n\n")[0])
     ap.add_argument("run_dir")
     ap.add_argument(

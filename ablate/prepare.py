@@ -29,24 +29,27 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from ablate.config import DEFAULT_TASK, ConfigError, DataConfig, RunConfig, typed_task_cfg
+from ablate.config.study import current_study, enter, package_conf
 from ablate.data.corpora import prepare_corpus, source
 from ablate.data.sources import DataError
 from ablate.data.tokenizer import VocabError
 
-CONF = Path(__file__).resolve().parents[1] / "conf" / "data"
+CONF = package_conf() / "data"
 
 
 def load_config(name: str, overrides: list[str]) -> DataConfig:
-    """DataConfig defaults <- conf/data/<name>.yaml <- overrides (data.key=value or key=value)."""
+    """DataConfig defaults <- conf/data/<name>.yaml (the study's, else the package's) <- overrides
+    (data.key=value or key=value)."""
     cfg = OmegaConf.structured(DataConfig)
-    yaml = CONF / f"{name}.yaml"
-    if yaml.is_file():
+    study = current_study().conf
+    folders = ([study / "data"] if study is not None else []) + [CONF]  # the study's first, as Hydra's
+    yaml = next((f / f"{name}.yaml" for f in folders if (f / f"{name}.yaml").is_file()), None)
+    if yaml is not None:
         cfg = OmegaConf.merge(cfg, OmegaConf.load(yaml))
     dotlist = [o.removeprefix("data.") for o in overrides]
     cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(dotlist), {"name": name})
@@ -117,6 +120,7 @@ INTERRUPTED = "interrupted by Ctrl-C; nothing half-prepared is kept: the same co
 def main(argv: list[str] | None = None) -> int:
     name, overrides, task = parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        enter()  # the study's task imports by name
         from ablate.tasks import task_of
 
         if any(o.split("=", 1)[0] in RUN_KEYS for o in overrides):  # the corpus of a run's command

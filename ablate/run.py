@@ -13,6 +13,7 @@ from omegaconf import DictConfig
 
 from ablate.cluster.cpu_load import busy_cores_note, wait_without_spinning
 from ablate.config import DEFAULT_TASK, ConfigError, RunConfig, default_results, register_configs
+from ablate.config.study import current_study, enter, package_conf
 from ablate.errors import first_line, os_error_line, typed_line
 from ablate.jobs import plan
 from ablate.jobs.sweep import member_config, outcome
@@ -50,7 +51,7 @@ def _check_threads(cfg: RunConfig) -> None:
         print(note, flush=True)
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(package_conf()), config_name="config")
 def main(dcfg: DictConfig) -> dict | None:
     """One run; in a sweep, returns its outcome (ablate.jobs.sweep) for the sweep's closing line."""
     from hydra.core.hydra_config import HydraConfig
@@ -130,10 +131,12 @@ _HYDRA_FLAGS = ("--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "
 
 
 def config_dirs(argv: list[str]) -> list[Path]:
-    """The config folders Hydra searches, first to last: `--config-dir`, the user's folders of
-    `hydra.searchpath=[file://...]` (a researcher's own experiments and rows), then the project's conf/."""
+    """The config folders Hydra searches, first to last: `--config-dir`, the study's conf/ (the study the
+    command is in), the user's folders of `hydra.searchpath=[file://...]` (a researcher's own experiments
+    and rows), then the package's conf/."""
     dirs = [b for a, b in zip(argv, argv[1:], strict=False) if a in ("--config-dir", "-cd")]
     dirs += [a.split("=", 1)[1] for a in argv if a.startswith("--config-dir=")]
+    dirs += [str(conf)] if (conf := current_study().conf) is not None else []
     for a in argv:
         key, _, value = a.lstrip("+").partition("=")
         if key == "hydra.searchpath":
@@ -141,7 +144,7 @@ def config_dirs(argv: list[str]) -> list[Path]:
 
             entries = searchpath_entries(value)
             dirs += [e.removeprefix("file://") for e in entries if not e.startswith("pkg://")]
-    return [Path(d) for d in dirs] + [Path(__file__).resolve().parents[1] / "conf"]
+    return [Path(d) for d in dirs] + [package_conf()]
 
 
 def experiment_problem(argv: list[str]) -> str | None:
@@ -220,6 +223,11 @@ QUIET_CHILD_WARNINGS = "ignore:resource_tracker:UserWarning"
 
 def entry(argv: list[str]) -> None:
     """The command line: checks Hydra would answer with a traceback, --plan, then Hydra's main."""
+    try:
+        enter()  # the study's modules import by name, here and in the processes this one starts
+    except ConfigError as e:  # a study.yaml that does not read
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     multirun = any(a in ("-m", "--multirun") for a in argv)
     if multirun and any(a == "--cfg" or a.startswith("--cfg=") or a == "-c" for a in argv):
         print(
@@ -257,5 +265,10 @@ def entry(argv: list[str]) -> None:
         sys.exit(2)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console script `ablate-run`, as `python -m ablate.run`."""
     entry(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    cli()

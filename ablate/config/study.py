@@ -10,6 +10,14 @@ study (reference row `base`).
 
     name: kernels            # how reports and W&B name the study (default: the folder's name)
     reference: conv          # the row every Δ, Decision, claim, plot and planned seed compares against
+    conf: conf               # its configs: a folder inside the study (default conf/), or pkg://<package>/<dir>
+
+A command in a study (`enter`) puts the study's folder first on the module path, so its task, model and
+criterion (`module:Class`) import by name from wherever in the study the command started, and names the study
+in `$ABLATE_STUDY` and `$PYTHONPATH` for the processes it starts (DDP workers, joblib and SLURM members
+start elsewhere). Hydra's search path gets the study's configs before the package's (the `ablate_study`
+search path plugin), so its experiments and rows are found with no `hydra.searchpath` typed, and a row of the
+study's shadows the package's row of the same name (a study's own `base`).
 
 Torch-free: the sweeper's plugin scan and the report import it.
 """
@@ -17,6 +25,7 @@ Torch-free: the sweeper's plugin scan and the report import it.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -26,7 +35,17 @@ from ablate.config.schema import ConfigError
 STUDY_FILE = "study.yaml"
 STUDY_ENV = "ABLATE_STUDY"
 DEFAULT_REFERENCE = "base"  # the paper's base model, Table 3's first row
-KEYS = ("name", "reference")
+KEYS = ("name", "reference", "conf")
+PACKAGE_SCHEME = "pkg://"
+SEARCH_PROVIDER = "ablate-study"  # the provider of the study's entries of Hydra's search path
+
+
+def package_conf() -> Path:
+    """The package's own configs (config.yaml and its groups): conf/ inside the installed package, where a
+    wheel carries it, else the checkout's conf/ at the repository's top level beside the package."""
+    package = Path(__file__).resolve().parents[1]
+    inside = package / "conf"
+    return inside if (inside / "config.yaml").is_file() else package.parent / "conf"
 
 
 @dataclass(frozen=True)
@@ -36,13 +55,38 @@ class Study:
     root: Path | None = None
     name: str = "ablate"
     reference: str = DEFAULT_REFERENCE
+    conf_dir: str = "conf"  # study.yaml's `conf`: a folder inside the study, or pkg://<package>/<dir>
 
     @property
     def conf(self) -> Path | None:
-        """The study's config folder (rows under model/, experiments under experiment/), if it has one."""
-        if self.root is None or not (self.root / "conf").is_dir():
+        """The study's config folder (rows under model/, experiments under experiment/), if it has one: a
+        folder of the study, or the folder of the installed package its `pkg://` entry names."""
+        if self.root is None:
             return None
-        return self.root / "conf"
+        if self.conf_dir.startswith(PACKAGE_SCHEME):
+            folder = package_folder(self.conf_dir)
+        else:
+            folder = self.root / self.conf_dir
+        return folder if folder is not None and folder.is_dir() else None
+
+    @property
+    def searchpath(self) -> list[str]:
+        """The study's entries of Hydra's search path (none for the package's own study)."""
+        if self.root is not None and self.conf_dir.startswith(PACKAGE_SCHEME):
+            return [self.conf_dir]
+        return [f"file://{self.conf}"] if self.conf is not None else []
+
+
+def package_folder(entry: str) -> Path | None:
+    """The folder of a `pkg://<package>/<dir>` entry (Hydra's: `<package>.<dir>`, an importable package), or
+    None where it cannot be imported or is not a folder on disk."""
+    from importlib import resources
+
+    try:
+        found = Path(str(resources.files(entry.removeprefix(PACKAGE_SCHEME).replace("/", ".").rstrip("."))))
+    except (ImportError, TypeError, ValueError):
+        return None
+    return found if found.is_dir() else None
 
 
 def study_root(start: Path | None = None) -> Path | None:
@@ -80,9 +124,29 @@ def _read(root: Path) -> Study:
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{path}: {key} must be a non-empty string, got {value!r}")
     reference = data.get("reference", DEFAULT_REFERENCE)
-    return Study(root=root, name=data.get("name", root.name), reference=reference)
+    conf = data.get("conf", "conf")
+    if "conf" in data and not conf.startswith(PACKAGE_SCHEME) and not (root / conf).is_dir():
+        raise ConfigError(f"{path}: conf: {conf} is not a folder of the study (or pkg://<package>/<dir>)")
+    return Study(root=root, name=data.get("name", root.name), reference=reference, conf_dir=conf)
 
 
 def current_study(start: Path | None = None) -> Study:
     """The study a command started in `start` (default: the current folder) is in, by the rule above."""
     return read_study(study_root(start))
+
+
+def enter(start: Path | None = None) -> Study:
+    """The study a command is in, made the command's: its folder first on the module path, and named in
+    `$ABLATE_STUDY` and `$PYTHONPATH` for the processes the command starts, which may start in another
+    folder (a DDP worker, a joblib or SLURM member). The package's own study changes nothing."""
+    study = current_study(start)
+    if study.root is None:
+        return study
+    root = str(study.root)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    os.environ[STUDY_ENV] = root
+    paths = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *filter(None, paths)])
+    return study

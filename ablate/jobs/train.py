@@ -17,6 +17,8 @@ from ablate import cluster
 from ablate.cluster import gpu_pool
 from ablate.cluster.ddp import spawn_job
 from ablate.config import RunConfig, validate
+from ablate.config.study import SEARCH_PROVIDER as STUDY_PROVIDER
+from ablate.config.study import package_conf
 from ablate.data.datamodule import prepare_corpus
 from ablate.errors import doing, first_line
 from ablate.jobs.sweep import launcher_setting
@@ -112,23 +114,27 @@ def model_code(cfg: RunConfig) -> tuple[str, ...]:
 
 
 def launch() -> dict | None:
-    """What the command gave Hydra for this run: its own overrides (row and seed among them), the
-    researcher's config folders it searched (`hydra.searchpath`, as absolute `file://` entries), and the
-    config files its defaults list composed from those folders. None outside a Hydra job."""
+    """What the command gave Hydra for this run: its own overrides (row and seed among them), the config
+    folders typed on its command line (`hydra.searchpath`, as absolute `file://` entries; the study's own
+    folder is found again by the study's rule, ablate.config.study, and is not among them), and the
+    config files its defaults list composed from the researcher's folders (the study's and those typed).
+    None outside a Hydra job."""
     from hydra.core.hydra_config import HydraConfig
 
     if not HydraConfig.initialized():
         return None
     hc = HydraConfig.get()
-    project = (Path(__file__).resolve().parents[2] / "conf").resolve()
-    folders = []  # the researcher's config folders, in Hydra's order
+    project = package_conf().resolve()
+    folders, typed = [], []  # the researcher's config folders in Hydra's order; those the command typed
     for source in hc.runtime.config_sources:
         path = Path(source.path).resolve() if source.schema == "file" else None
         if path is not None and path != project and path not in folders:
             folders.append(path)
+            if source.provider != STUDY_PROVIDER:
+                typed.append(path)
     return {
         "overrides": list(hc.overrides.task),
-        "searchpath": [f"file://{f}" for f in folders],
+        "searchpath": [f"file://{f}" for f in typed],
         "config_files": _composed(hc, [project, *folders]),
     }
 

@@ -46,6 +46,9 @@ NOT_RESULT = (
     "ablate/records/",
     "ablate/report/",
     "ablate/baseline.py",
+    "ablate/conf/",  # an installed package's configs (a record holds the config its run composed)
+    "ablate/new.py",
+    "ablate/scaffold/",
     "ablate/evaluate.py",
     "ablate/prepare.py",
     "ablate/run.py",

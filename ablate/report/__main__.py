@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from ablate.config import DEFAULT_TASK
+from ablate.config.study import enter
 from ablate.report.render import FORMATS, render, to_json, to_markdown
 
 COMMANDS = ("table3", "metrics", "params")  # and the tables tasks declare (ablate.tasks: Task.tables)
@@ -152,6 +153,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    enter()  # the study's task imports by name (ablate.config.study)
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "dashboard":  # its own options: W&B entity and project, the spec's path
         from ablate.report.dashboard import main as dashboard

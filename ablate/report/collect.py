@@ -18,14 +18,14 @@ import numpy as np
 from ablate import paper
 from ablate.config import DEFAULT_TASK, ModelConfig, default_results, to_dataclass, total_steps
 from ablate.config.rows import ordered, resolve_row
-from ablate.config.study import DEFAULT_REFERENCE
+from ablate.config.study import DEFAULT_REFERENCE, package_conf
 from ablate.records.evaluations import Evaluation, Protocol, newest
 from ablate.records.evaluations import read as read_evaluations
 from ablate.records.staleness import why_stale
 from ablate.records.status import shown
 from ablate.records.store import BASELINE, RecordError, find_records, preset_key
 
-DEFAULT_CONF_MODEL = Path(__file__).resolve().parents[2] / "conf" / "model"
+DEFAULT_CONF_MODEL = package_conf() / "model"
 _STATUS_RANK = {
     "finished": 0,
     "running": 1,

@@ -22,7 +22,7 @@ from ablate.config import (
     TrainerConfig,
     default_results,
 )
-from ablate.config.study import Study
+from ablate.config.study import Study, current_study
 from ablate.records.identity import DATA_PATHS, NOT_IDENTITY, TASK_DATA_PATHS, preset_sources
 from ablate.records.store import MACHINE_KEYS
 from ablate.report.analysis import Analysis
@@ -107,7 +107,8 @@ def command_overrides(run: Run | None, results_dir: str | None = None) -> list[s
     launch = run.rec.get("launch") if run is not None else None
     if not isinstance(launch, dict) or not isinstance(launch.get("overrides"), list):
         return placeless(run_overrides(run, results_dir, preset_values(run_overrides(run))), _hydra_value)
-    out = [f"hydra.searchpath=[{','.join(launch['searchpath'])}]"] if launch.get("searchpath") else []
+    typed = [e for e in launch.get("searchpath") or [] if e not in current_study().searchpath]
+    out = [f"hydra.searchpath=[{','.join(typed)}]"] if typed else []  # the study's own is found by its rule
     for o in launch["overrides"]:
         key = o.lstrip("+~").split("=", 1)[0]
         if key not in ("model", "seed", "resume", "results_dir") and not key.startswith("model."):

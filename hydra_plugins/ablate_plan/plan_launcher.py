@@ -12,7 +12,6 @@ import copy
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from hydra.core.config_store import ConfigStore
@@ -167,7 +166,9 @@ def parallelism(argv: list[str]) -> tuple[int, str]:
     if launcher == "basic":
         return 1, "the basic launcher"
     key = "array_parallelism" if launcher == "slurm" else "n_jobs"
-    path = Path(__file__).resolve().parents[2] / "conf" / "hydra" / "launcher" / f"{launcher}.yaml"
+    from ablate.config.study import package_conf
+
+    path = package_conf() / "hydra" / "launcher" / f"{launcher}.yaml"
     default = OmegaConf.load(path).get(key) if path.is_file() else None
     if default is None and launcher == "slurm":
         from hydra_plugins.ablate_slurm.slurm_launcher import SlurmLauncherConf

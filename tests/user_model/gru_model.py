@@ -1,8 +1,7 @@
 """A researcher's own model, outside the package: a GRU encoder-decoder with attention (Luong et al. 2015's
 "general" score), and its criterion: the paper's label-smoothed loss plus an auxiliary z-loss.
 
-    PYTHONPATH=tests/user_model python -m ablate.run hydra.searchpath=[file://tests/user_model/conf] \
-        experiment=gru model=gru
+    cd tests/user_model && python -m ablate.run experiment=gru model=gru   # a study (study.yaml)
 
 Nothing under ablate/ names it: `model.arch=gru_model:GRUSeq2Seq` loads the class, which declares its
 keys (`GRUConfig`) and which of them a scale multiplies; its rows lie in this folder's conf/model/

@@ -1,7 +1,6 @@
 """A researcher's own task, outside the package: reverse the source sentence, scored by exact match.
 
-    PYTHONPATH=tests/user_task python -m ablate.run hydra.searchpath=[file://tests/user_task/conf] \
-        experiment=reverse
+    cd tests/user_task && python -m ablate.run experiment=reverse   # the folder is a study (study.yaml)
 
 Nothing under ablate/ names it: `task=reverse_task:ReverseTask` loads this class, which brings its config
 (`task_cfg.train_pairs`, ...), its data (`data.name=reverse`: sentences of a small word list, each target

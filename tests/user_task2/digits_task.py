@@ -1,8 +1,7 @@
 """A second researcher's task: add two numbers, character by character, scored by the character error rate
 (lower is better), with a vocabulary of its own (one piece per character). It imports only ablate.tasks.
 
-    PYTHONPATH=tests/user_task2 python -m ablate.run hydra.searchpath=[file://tests/user_task2/conf] \
-        experiment=digits
+    cd tests/user_task2 && python -m ablate.run experiment=digits   # the folder is a study (study.yaml)
 """
 
 from __future__ import annotations
