@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,7 +15,6 @@ from scipy import stats as sps
 from ablate.jobs.estimate import Estimate, Timing, estimate, makespan
 from ablate.report.collect import Collection, RowConfigs, Run
 from ablate.report.decide import (
-    CAP,
     Design,
     Look,
     decide,
@@ -29,6 +29,8 @@ from ablate.report.decide import (
     spent,
 )
 from ablate.tasks import PPL
+
+ROOT = Path(__file__).resolve().parents[1]
 
 MACHINE = "AMD EPYC (family 26, model 2); cpu (1 threads)"
 
@@ -87,7 +89,7 @@ def test_the_pooled_interval_and_tost_are_scipy_and_statsmodels_on_two_rows():
         base = dict(enumerate(rng.normal(5.0, 0.1, 4), 1))
         row = dict(enumerate(rng.normal(5.0 + rng.uniform(-0.1, 0.1), 0.1, 3), 1))
         (d,) = decide_values(
-            {"base": base, "A1": row}, Design(PPL, looks=[Look("", "A1", "ppl", 3, 3, 0.05)])
+            {"base": base, "A1": row}, PPL, Design(looks=[Look("", "A1", "ppl", 3, 3, 0.05)])
         )
         ci = sps.ttest_ind(list(row.values()), list(base.values())).confidence_interval(0.95)
         assert (d.lo, d.hi) == pytest.approx((ci.low, ci.high)) and d.df == 5
@@ -100,9 +102,11 @@ def test_identical_differences_at_two_seeds_decide_nothing():
     """A researcher's table: every row's two seeds differ from base's by the same +0.81: the paired
     differences have no spread, the seeds do; the pooled variance keeps the interval open."""
     values = {"base": {1: 6.0, 2: 6.2}, "A1": {1: 6.04, 2: 6.24}, "A2": {1: 7.0, 2: 7.0}}
-    a1, a2 = decide_values(values, Design(PPL))
+    a1, a2 = decide_values(values, PPL)
     assert a1.state == "undecided" and a1.df == 3 and a1.interval(0.05)[1] - a1.interval(0.05)[0] > 0.5
-    assert "+0.04, 95% interval [-0.33, +0.41]; decides no |Δ| this table shows at this look" in a1.text()
+    assert "Δ of the means +0.04, 95% interval [-0.33, +0.41]; this look decides no |Δ| this table shows" in (
+        a1.text()
+    )
     assert a2.flag.startswith("A2's seeds spread sd 0.00")  # flagged: far below the pool's
 
 
@@ -180,14 +184,79 @@ def test_the_decide_command_trains_exactly_the_seeds_asked_for(tmp_path):
     (d,) = decide(coll, [PPL])
     assert d.state == "undecided" and d.needed and d.needed > 3
     cmd, looks, _ = decide_command(coll, [d], ["experiment=x"])
-    seeds = ",".join(map(str, range(1, d.needed + 1)))
+    seeds = ",".join(map(str, range(4, d.needed + 1)))  # the finished seeds are not named again
     assert cmd == f"python -m ablate.run -m model=base,A1 seed={seeds} experiment=x"
     made = {"state": "undecided", "diff": d.diff, "se": d.se, "df": d.df, "needed": d.needed}
-    assert looks == [Look("sim", "A1", "ppl", 3, d.needed, d.alpha, **made)]
+    assert looks == [Look("sim", "A1", "ppl", 3, d.planned, d.alpha, **made)]
+
+
+def _runs(cmds: str) -> list[tuple[str, int]]:
+    """The (row, seed) cells the printed commands train: each a product of its rows and its seeds."""
+    out = []
+    for line in cmds.splitlines():
+        words = dict(w.split("=", 1) for w in line.split() if "=" in w)
+        out += [(r, int(x)) for r in words["model"].split(",") for x in words["seed"].split(",")]
+    return out
+
+
+def test_the_decide_commands_train_the_sum_of_the_rows_needs_and_print_their_plan(tmp_path, monkeypatch):
+    """Rows that need different seeds get them, each its own: the printed commands' cells are the sum of
+    what each row's decision asks (the reference to the most any asks), no cell twice, and the total is the
+    plan's estimate of exactly those runs."""
+    from ablate.jobs import plan
+    from ablate.jobs.estimate import Estimate, duration
+
+    rng = np.random.default_rng(3)
+    shifts = {"base": 0.0, "A1": 0.22, "A2": 0.27, "A3": 0.35, "A4": 3.0}
+    coll = _collection({r: {s: 5.0 + mu + rng.normal(0, 0.1) for s in (1, 2, 3)} for r, mu in shifts.items()})
+    coll.results_dir = tmp_path
+    ds = decide(coll, [PPL])
+    asks = {d.row: d.needed for d in ds if d.state == "undecided" and d.needed}
+    assert len(set(asks.values())) >= 2  # rows that need different seeds
+    monkeypatch.setattr(plan, "run_estimate", lambda cfg: Estimate(600.0, "measured", "hand"))
+    monkeypatch.setattr(
+        "ablate.report.decide._config", lambda coll, row, seed: type("C", (), {"model": row, "seed": seed})
+    )
+    cmds, _, why = decide_command(coll, ds, [])
+    runs = _runs(cmds)
+    want = sum(n - 3 for n in asks.values()) + max(asks.values()) - 3
+    assert len(runs) == len(set(runs)) == want
+    assert {r for r, _ in runs} == {"base", *asks}
+    for row, n in asks.items():
+        assert sorted(s for r, s in runs if r == row) == list(range(4, n + 1))
+    assert f"{want} runs in" in why and f"~{duration(600.0 * want)} of wall time at 1 at a time" in why
+
+
+def test_the_decide_commands_on_the_committed_table_train_what_its_decisions_ask(tmp_path, capsys):
+    """On a copy of the committed Multi30k table: the cells the printed commands train are the sum of the
+    Decisions' asks (each row to its own seeds a side), not the product of every row and the most seeds."""
+    import shutil
+
+    from ablate.report.__main__ import main
+    from ablate.report.collect import collect
+
+    runs = tmp_path / "runs"
+    shutil.copytree(ROOT / "reports" / "table3_multi30k" / "runs", runs)
+    coll = collect(runs, ROOT / "conf" / "model", preset="multi30k_table3+paper")
+    from ablate.tasks import task_of
+
+    ds = decide(coll, [*task_of("translation").metrics, PPL], read_looks(runs))
+    asks: dict[str, int] = {}
+    for d in ds:
+        if d.state == "undecided" and d.needed:
+            asks[d.row] = max(asks.get(d.row, 0), d.needed)
+    asks["base"] = max(asks.values())
+    want = sum(n - len(coll.finished(r)) for r, n in asks.items())
+    args = ["--results", str(runs), "--preset", "multi30k_table3+paper", "--decide-command", "--n-boot", "10"]
+    assert main(args) == 0
+    out = capsys.readouterr()
+    cells = _runs(out.out)
+    assert len(cells) == len(set(cells)) == want and want < 87
+    assert f"{want} runs in" in out.err and "plan of" in out.err
 
 
 def test_the_decide_command_of_one_claim_trains_its_rows_and_records_the_look_at_every_row(tmp_path):
-    """--rows E: the command trains E and base alone, at E's seeds; the look is at every undecided row
+    """--rows E: the command trains E and base alone, E to its seeds; the look is at every undecided row
     (C3's too, past the cap), since the report that showed E showed them all."""
     coll = _collection(
         {
@@ -199,10 +268,11 @@ def test_the_decide_command_of_one_claim_trains_its_rows_and_records_the_look_at
     )
     coll.results_dir = tmp_path
     ds = decide(coll, [PPL])
-    assert [(d.state, d.needed) for d in ds] == [("undecided", 9), ("undecided", 6), ("undecided", None)]
+    assert [d.state for d in ds] == ["undecided"] * 3 and ds[2].needed is None
+    e = ds[1].needed
     cmd, looks, _ = decide_command(coll, ds, [], only=["E"])
-    assert cmd == "python -m ablate.run -m model=base,E seed=1,2,3,4,5,6"
-    assert [(lk.row, lk.planned) for lk in looks] == [("A1", 9), ("E", 6), ("C3", CAP)]
+    assert cmd == f"python -m ablate.run -m model=base,E seed={','.join(map(str, range(4, e + 1)))}"
+    assert [(lk.row, lk.needed) for lk in looks] == [("A1", ds[0].needed), ("E", e), ("C3", None)]
     assert decide_command(coll, ds, [], only=["C3"]) is None  # no seeds would decide it
 
 
@@ -259,8 +329,9 @@ def test_a_decided_row_stays_as_its_look_decided_it_when_other_rows_move_the_poo
 
 
 def test_a_later_look_spends_against_the_largest_plan_any_look_made():
-    """Looks at 3, 6 and 8 seeds that planned 13, 15 and 12: the look at 12 seeds is at t = 12/15 (not
-    12/12, which would spend all that is left), and spends a(0.8) less the three looks' alpha, by hand."""
+    """Looks at 3, 6 and 8 seeds that planned 13, 15 and 12: each spends at the largest plan up to it (t =
+    3/13, 6/15, 8/15); the look at 12 seeds is at t = 12/15 (not 12/12, which would spend all that is
+    left) and tests at a(0.8) less a(8/15), by hand: one rule, whatever alpha the lines recorded."""
     looks = [
         Look("sim", "A1", "ppl", n, planned, a)
         for n, planned, a in ((3, 13, 1e-4), (6, 15, 4e-3), (8, 12, 3e-3))
@@ -271,8 +342,8 @@ def test_a_later_look_spends_against_the_largest_plan_any_look_made():
     )
     (d,) = decide(coll, [PPL], looks)
     assert (d.seeds, d.planned) == (12, 15)
-    by_hand = 4 * sps.norm.cdf(-2.241403 / math.sqrt(12 / 15)) - (1e-4 + 4e-3 + 3e-3)
-    assert d.alpha == pytest.approx(by_hand, abs=1e-6) and d.alpha == pytest.approx(0.01732, abs=1e-4)
+    a = lambda t: 4 * sps.norm.cdf(-2.241403 / math.sqrt(t))  # noqa: E731
+    assert d.alpha == pytest.approx(a(12 / 15) - a(8 / 15), abs=1e-6)
 
 
 def test_a_decided_row_keeps_its_look_when_other_rows_change_the_pooled_variance(tmp_path):
@@ -293,8 +364,8 @@ def test_a_decided_row_keeps_its_look_when_other_rows_change_the_pooled_variance
         coll.runs["E"][s] = Run({"run_id": f"E-s{s}", "status": "finished", "metrics": {"dev_ppl": e}})
     assert decide(coll, [PPL])[0].alpha != ds[0].alpha  # unrecorded, the first look's alpha would move
     again = decide(coll, [PPL], read_looks(tmp_path))[0]
-    assert (again.state, again.alpha, again.seeds) == ("worse", ds[0].alpha, 3)
-    assert (again.lo, again.hi) == pytest.approx(again.interval(ds[0].alpha))
+    assert (again.state, again.alpha, again.look_seeds) == ("worse", ds[0].alpha, 3)
+    assert (again.lo, again.hi) == pytest.approx(again.look_interval(ds[0].alpha))
 
 
 def test_a_looks_file_that_cannot_be_read_stops_the_report_in_one_line(tmp_path, capsys):
@@ -334,7 +405,7 @@ def _decide(tmp_path, capsys) -> tuple[int, str, str]:
 
     code = main(["--results", str(tmp_path), "--decide-command", "--n-boot", "10"])
     out = capsys.readouterr()
-    return code, out.out.strip(), out.err.strip().splitlines()[-1]
+    return code, out.out.strip(), out.err.strip()
 
 
 def test_a_looks_folder_in_place_of_the_file_stops_report_and_command_in_one_line(tmp_path, capsys):
@@ -343,7 +414,9 @@ def test_a_looks_folder_in_place_of_the_file_stops_report_and_command_in_one_lin
     _report_folder(tmp_path, {"base": [1, 2], "A1": [1, 2]})
     (tmp_path / "looks.jsonl").mkdir()
     code, out, err = _decide(tmp_path, capsys)
-    assert (code, out) == (2, "") and err == f"error: {tmp_path / 'looks.jsonl'}: not a file; " + (
+    assert (code, out) == (2, "") and err.splitlines()[
+        -1
+    ] == f"error: {tmp_path / 'looks.jsonl'}: not a file; " + (
         "the alpha spent so far is unknown: put the looks file back in its place"
     )
     assert main(["metrics", "--results", str(tmp_path), "--out", "-", "--quiet"]) == 2
@@ -353,18 +426,22 @@ def test_a_looks_folder_in_place_of_the_file_stops_report_and_command_in_one_lin
 def test_a_table_of_one_seed_a_row_says_what_is_missing_and_the_command_that_trains_it(tmp_path, capsys):
     _report_folder(tmp_path, {"base": [1], "A1": [1], "B1": [1]})
     code, out, err = _decide(tmp_path, capsys)
-    assert code == 0 and out.startswith("python -m ablate.run -m model=base,A1,B1 seed=1,2")
-    assert err == (
+    assert code == 0 and out.startswith("python -m ablate.run -m model=base,A1,B1 seed=2 ")
+    assert (
         "not compared: A1, B1 (no row has two seeds, so the seed variance is unknown); "
-        "this brings to two seeds: base, A1, B1"
-    )
+        "this brings to two seeds: base, A1, B1; 3 runs in 1 command(s)"
+    ) in err
     assert not (tmp_path / "looks.jsonl").exists()  # nothing was compared: no alpha spent
 
 
 def test_a_row_whose_seeds_share_none_with_base_is_compared_on_the_pooled_variance(tmp_path, capsys):
     """base seed 1, A1 seeds 2 and 3: no pair, but A1's two seeds give the pooled variance a degree of
-    freedom; the command trains the seeds that decide it, for base and A1 alike."""
+    freedom; the commands bring base and A1 to the seeds that decide it, each the seeds it lacks (base 2
+    and 3 first, A1 1 first: pairs)."""
     _report_folder(tmp_path, {"base": [1], "A1": [2, 3]})
     code, out, err = _decide(tmp_path, capsys)
-    assert code == 0 and out.startswith("python -m ablate.run -m model=base,A1 seed=1,2,3 ")
-    assert err.endswith("seeds a side decide A1") and (tmp_path / "looks.jsonl").is_file()
+    base, a1 = out.splitlines()
+    assert code == 0 and base.startswith("python -m ablate.run -m model=base seed=2,3,4")
+    assert a1.startswith("python -m ablate.run -m model=A1 seed=1,4")
+    n = len(_runs(base)) + 1
+    assert len(_runs(a1)) + 2 == n and f"A1 {n}" in err and (tmp_path / "looks.jsonl").is_file()

@@ -734,7 +734,7 @@ def decide_command(
     ]
     runs = [(row, s) for seeds, rows in groups.items() for row in rows for s in seeds]
     cost = _plan_cost(coll, runs, overrides)
-    return "\n".join(cmds), nxt.looks, f"{nxt.why}; {len(runs)} runs in {len(cmds)} command(s): {cost}"
+    return "\n".join(cmds), nxt.looks, f"{nxt.why}; {len(runs)} runs in {len(cmds)} command(s):\n{cost}"
 
 
 def _plan_cost(coll: Collection, runs: list[tuple[str, int]], overrides: list[str]) -> str:
@@ -745,14 +745,15 @@ def _plan_cost(coll: Collection, runs: list[tuple[str, int]], overrides: list[st
 
     outcomes = []
     for row, seed in runs:
+        o = {"status": plan.TO_TRAIN, "estimate_s": None}
         try:
             cfg = _config(coll, row, seed)
-            est = plan.run_estimate(cfg)
-            extra = {"calibration": plan.calibration(cfg, [*overrides, f"model={row}", f"seed={seed}"])}
+            o["estimate_s"] = plan.run_estimate(cfg).seconds
+            if o["estimate_s"] is None:
+                o["calibration"] = plan.calibration(cfg, [*overrides, f"model={row}", f"seed={seed}"])
         except Exception:  # noqa: BLE001 - a record whose config no longer reads: its time is unknown
-            est, extra = None, {}
-        o = {"status": plan.TO_TRAIN, "estimate_s": est.seconds if est else None}
-        outcomes.append(o | (extra if o["estimate_s"] is None else {}))
+            pass
+        outcomes.append(o)
     text, _ = plan.summary(outcomes, parallel=1, how="the runs one after another; `--plan` on each command "
                            "gives its wall time at its launcher's parallelism")  # fmt: skip
     return text.replace("\n[plan] ", "\n").removeprefix("[plan] ")
