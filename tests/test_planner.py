@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +18,10 @@ from ablate.report.collect import Collection, RowConfigs, Run
 from ablate.report.decide import (
     Design,
     Look,
+    LooksError,
     decide,
     decide_command,
+    decide_tables,
     decide_values,
     looks_made,
     pooled,
@@ -445,3 +448,175 @@ def test_a_row_whose_seeds_share_none_with_base_is_compared_on_the_pooled_varian
     assert a1.startswith("python -m ablate.run -m model=A1 seed=1,4")
     n = len(_runs(base)) + 1
     assert len(_runs(a1)) + 2 == n and f"A1 {n}" in err and (tmp_path / "looks.jsonl").is_file()
+
+
+def test_a_looks_alpha_its_plan_and_the_seeds_it_asks_for_follow_one_rule():
+    """A first look at 2 seeds (a researcher's WER, its effect 1.2 sd): its alpha is the spending at 2 of
+    the P seeds it plans, P the fewest whose final look (with what this one leaves) reaches the power; the
+    N seeds the line asks for are the fewest whose next look, at the alpha the same rule gives it,
+    reaches the power, by the noncentral t (N - 1 does not), and the line says both."""
+    from ablate.tasks import Metric
+
+    wer = Metric("wer", "WER", False, "errors over words", "dev_wer", "wer", negligible=0.1)
+    values = {"base": {1: 20.0, 2: 21.0}, "narrow": {1: 22.0, 2: 22.6}, "wide": {1: 19.9, 2: 21.2}}
+    d = decide_values(values, wer)[0]
+    assert d.state == "undecided" and d.needed and d.needed <= d.planned
+    share, n, other = d.share, d.seeds, d.df - 2
+    assert d.alpha == pytest.approx(spent(share, n / d.planned))
+    left = lambda k: (share if k >= d.planned else spent(share, k / d.planned)) - d.alpha  # noqa: E731
+    assert d.next_alpha == pytest.approx(left(d.needed))
+    sd, eff = d.se / math.sqrt(1 / n + 1 / n), abs(d.diff)
+    assert power(sd, eff, left(d.needed), d.needed, 2 * d.needed - 2 + other) >= 0.8
+    if d.needed > n + 1:
+        assert power(sd, eff, left(d.needed - 1), d.needed - 1, 2 * d.needed - 4 + other) < 0.8
+    final = lambda p: share - spent(share, n / p)  # noqa: E731
+    assert power(sd, eff, final(d.planned), d.planned, 2 * d.planned - 2 + other) >= 0.8
+    assert (
+        d.planned == n + 1
+        or power(sd, eff, final(d.planned - 1), d.planned - 1, 2 * d.planned - 4 + other) < 0.8
+    )
+    text = d.text()
+    assert f"alpha {d.alpha:.3g} at 2 of {d.planned} planned seeds a side" in text
+    assert f"{d.needed} seeds a side would decide it (at alpha {d.next_alpha:.3g})" in text
+
+
+def test_the_difference_shown_is_the_means_now_beside_the_recorded_verdict(tmp_path):
+    """A row decided at a look keeps that look's verdict; the Δ beside it is the difference of the means
+    the table shows now, both labelled (the metrics table's Δ column included)."""
+    from ablate.report.metrics import metrics_table
+    from ablate.tasks import task_of
+
+    coll = _collection({"base": {1: 5.0, 2: 5.1, 3: 5.05}, "A1": {1: 6.0, 2: 6.1, 3: 6.02}})
+    coll.results_dir = tmp_path
+    (first,) = decide(coll, [PPL])
+    assert first.state == "worse"
+    record_looks(tmp_path, looks_made([first], "sim"))
+    coll.runs["A1"][4] = Run({"run_id": "A1-s4", "status": "finished", "metrics": {"dev_ppl": 7.5}})
+    coll.runs["base"][4] = Run({"run_id": "base-s4", "status": "finished", "metrics": {"dev_ppl": 5.0}})
+    (d,) = decide(coll, [PPL], read_looks(tmp_path))
+    now = np.mean([6.0, 6.1, 6.02, 7.5]) - np.mean([5.0, 5.1, 5.05, 5.0])
+    assert d.state == "worse" and d.recorded and d.diff == pytest.approx(now)
+    assert d.look_diff == pytest.approx(first.diff) and d.look_diff != pytest.approx(now)
+    assert f"Δ of the means {now:+.2f}" in d.text() and f"(Δ then {first.diff:+.2f})" in d.text()
+    table, _ = metrics_table(coll, task_of("translation"))
+    row = next(r for r in table.rows if r[0] == "A1")
+    i = table.columns.index("Δ base", table.columns.index("PPL dev"))
+    assert row[i] == f"{now:+.2f}"
+
+
+def test_holm_over_the_table_passes_a_decided_rows_share_to_the_others():
+    """Four rows, one look each at its plan (t = 1: the look spends its whole share): Holm's step-down by
+    hand on the pooled t's p values. The family of the table (two metrics) holds alpha / 8 at first,
+    that of one metric alpha / 4; each row alone, alpha."""
+    from ablate.tasks import Metric
+
+    bleu = Metric("bleu", "BLEU", True, "corpus", "dev_bleu", "bleu")
+    rng = np.random.default_rng(7)
+    shift = {"base": 0.0, "A1": 0.4, "A2": 0.25, "A3": 0.05, "A4": 1.5}
+    ppl = {r: {s: 5 + mu + rng.normal(0, 0.1) for s in range(1, 5)} for r, mu in shift.items()}
+    bl = {r: {s: 25 - 3 * mu + rng.normal(0, 0.3) for s in range(1, 5)} for r, mu in shift.items()}
+    looks = [Look("", r, m, 4, 4, 0.05) for r in shift if r != "base" for m in ("ppl", "bleu")]
+    tables = {"ppl": ppl, "bleu": bl}
+
+    def by_hand(names: list[str], alpha: float) -> dict[tuple[str, str], bool]:
+        p = {}
+        for name in names:
+            vals = tables[name]
+            pool = pooled([list(v.values()) for v in vals.values()])
+            for r in shift:
+                if r != "base":
+                    d = np.mean(list(vals[r].values())) - np.mean(list(vals["base"].values()))
+                    t = d / (pool.sd * math.sqrt(2 / 4))
+                    p[(r, name)] = 2 * sps.t.sf(abs(t), pool.df)
+        out, open_ = {}, sorted(p, key=p.get)
+        for k, key in enumerate(open_):  # Holm's step-down: stop at the first that fails
+            if p[key] > alpha / (len(open_) - k):
+                break
+            out[key] = True
+        return {key: out.get(key, False) for key in p}
+
+    for family, groups in (("table", [["ppl", "bleu"]]), ("metric", [["ppl"], ["bleu"]])):
+        ds = decide_tables(tables, [PPL, bleu], Design(looks=looks, family=family))
+        got = {(d.row, d.metric.name): d.state in ("better", "worse") for d in ds}
+        want = {k: v for g in groups for k, v in by_hand(g, 0.05).items()}
+        assert got == want, family
+        assert {d.family for d in ds} == {8 if family == "table" else 4}
+    alone = decide_tables(tables, [PPL, bleu], Design(looks=looks, family="row"))
+    assert {d.share for d in alone} == {0.05} and {d.family for d in alone} == {1}
+
+
+def test_a_comparison_with_another_row_reads_its_own_looks_not_the_references(tmp_path):
+    """looks.jsonl keys a look by what it compares: A1's decided look against base is not read as a look
+    of A1 against A2 (a claim's comparison), and a line without `against` is against base."""
+    values = {
+        "base": {1: 5.0, 2: 5.1, 3: 5.05},
+        "A1": {1: 6.0, 2: 6.1, 3: 6.02},
+        "A2": {1: 6.0, 2: 6.05, 3: 6.1},
+    }
+    first = decide_values(values, PPL, Design("sim"))
+    record_looks(tmp_path, looks_made(first, "sim"))
+    looks = read_looks(tmp_path)
+    assert {lk.against for lk in looks} == {"base"} and all(lk.state == "worse" for lk in looks)
+    (pair,) = decide_tables({"ppl": values}, [PPL], Design("sim", looks), [("A1", "A2", "ppl")])
+    assert pair.against == "A2" and not pair.recorded and pair.state != "worse"
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "looks.jsonl").write_text(
+        '{"preset": "sim", "row": "A1", "metric": "ppl", "seeds": 3, "planned": 4, "alpha": 0.01}\n'
+    )
+    assert read_looks(tmp_path / "old")[0].against == "base"
+
+
+@pytest.mark.parametrize(
+    "line, says",
+    [
+        ('"alpha": NaN', "alpha nan is not a level in [0, 1]"),
+        ('"alpha": 0.01, "state": "better", "diff": NaN, "se": 0.1, "df": 10', "diff nan is not a finite"),
+        (
+            '"alpha": 0.01, "state": "equivalent", "diff": 0.1, "se": 0.1, "df": 10',
+            "state 'equivalent' is not",
+        ),
+        ('"alpha": 0.01, "seeds": 0', "seeds 0 is not a count of seeds"),
+    ],
+)
+def test_a_look_that_cannot_be_one_stops_the_reading_naming_its_line(tmp_path, line, says):
+    head = '{"preset": "cpu", "row": "A1", "metric": "ppl", "planned": 4, '
+    text = head + ('"seeds": 3, ' if '"seeds"' not in line else "") + line + "}\n"
+    (tmp_path / "looks.jsonl").write_text(
+        '{"preset": "cpu", "row": "A2", "metric": "ppl", "seeds": 3, "planned": 4, "alpha": 0.01}\n' + text
+    )
+    with pytest.raises(LooksError, match=f"line 2: {re.escape(says)}"):
+        read_looks(tmp_path)
+
+
+def test_a_table_without_seed_variance_says_so_and_trains_nothing(tmp_path, capsys):
+    """Every run's metric 0.0: both rows have two seeds, so the decide command names the missing variance,
+    not missing seeds, and prints no command that would train nothing."""
+    coll = _collection({"base": {1: 0.0, 2: 0.0}, "A1": {1: 0.0, 2: 0.0}})
+    coll.results_dir = tmp_path
+    (d,) = decide(coll, [PPL])
+    assert d.state == "not compared" and d.why.startswith("no seed variance")
+    cmd, _, why = decide_command(coll, [d], [])
+    assert cmd == "" and why.startswith("nothing to train: no seed variance")
+
+
+def _append_looks(folder: str, tag: str, rounds: int) -> None:
+    for k in range(rounds):  # its own looks, and looks the other process makes too (the same comparisons)
+        own = [Look("cpu", f"{tag}{k}-{i}", "ppl", 3, 4, 0.01) for i in range(400)]
+        record_looks(Path(folder), own + [Look("cpu", f"both{k}-{i}", "ppl", 3, 4, 0.01) for i in range(50)])
+
+
+def test_two_decide_commands_at_once_keep_every_look(tmp_path):
+    """Two processes append their looks at once, some of them the same comparison at the same seeds: under
+    the file's lock every look of both is read back, each once (without it both read the file before
+    either writes, and a look is written twice)."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_append_looks, args=(str(tmp_path), tag, 5)) for tag in ("x", "y")]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+    assert [p.exitcode for p in procs] == [0, 0]
+    rows = [lk.row for lk in read_looks(tmp_path)]
+    assert len(rows) == len(set(rows)) == 2 * 5 * 400 + 5 * 50
