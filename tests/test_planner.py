@@ -169,16 +169,16 @@ def _collection(values: dict[str, dict[int, float]]) -> Collection:
 
 
 @pytest.mark.slow
-def test_the_design_as_it_runs_keeps_the_false_decisions_at_alpha_in_its_worst_case():
+def test_the_design_as_it_runs_keeps_the_family_wise_error_at_alpha_in_its_worst_case():
     """The worst configuration of the simulated table in docs/planner.md (benchmarks/planner_simulation.py:
-    the seeds re-planned at every look, the pooled variance; 5 rows, 3 first seeds, 3 looks): null rows
-    decided better or worse in at most 5% of them (3 Monte Carlo standard errors aside), effect rows
-    decided at the power the table gives."""
+    each row's seeds re-planned at every look, the pooled variance, Holm over the table's rows; 5 rows, 3
+    first seeds, 5 looks): tables with any false decision in at most 5% of them (3 Monte Carlo standard
+    errors aside), effect rows decided at the power the table gives."""
     from benchmarks.planner_simulation import rates
 
-    false, power_, n = rates(rows=5, seeds=3, looks=3, sims=1000)
-    assert false <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / n), false
-    assert power_ >= 0.7, power_
+    r = rates(rows=5, seeds=3, looks=5, sims=1000)
+    assert r.fwer <= 0.05 + 3 * math.sqrt(0.05 * 0.95 / r.tables), r.fwer
+    assert r.power >= 0.65, r.power
 
 
 def test_the_decide_command_trains_exactly_the_seeds_asked_for(tmp_path):
