@@ -137,3 +137,25 @@ def test_a_claim_that_names_no_row_of_the_study_says_so(tmp_path, monkeypatch):
     assert x.verdict == UNDECIDED and "rows the study does not have: wide" in x.note
     assert "wide: no such row in this study" in "\n".join(claims_markdown(an))
     assert y.verdict == UNDECIDED and y.note == "none of A1, A2, A3 measured"
+
+
+def test_a_claims_line_names_its_metric_and_keeps_intervals_within_the_metrics_range(tmp_path, monkeypatch):
+    """The section's header names no metric (a claim may read another than the paper table's); each line
+    names the metric it is read by; an interval wider than the metric's range over the table is said so,
+    as in the Decisions."""
+    from ablate.report import claims as claims_mod
+    from ablate.report.claims import Evidence
+
+    an = _analysis(tmp_path, monkeypatch, {"D1": 0.1})
+    spec = claims_mod.Spec(None, "Claims", None, [
+        {"key": "X", "paper": "p.", "rule": "r", "expect": {"D1": "worse"}, "metric": "bleu"},
+        {"key": "Y", "paper": "p.", "rule": "r", "expect": {"D1": "worse"}},
+    ])  # fmt: skip
+    monkeypatch.setattr(claims_mod, "spec_of", lambda an: spec)
+    lines = claims_markdown(an)
+    assert "dev-PPL" not in lines[2] and "BLEU" not in lines[2]
+    x, y = (ln for ln in lines if ln.startswith("- ("))
+    assert "Rule: r (dev BLEU)." in x and "Rule: r (dev PPL)." in y
+    wide = Evidence("D1", "base", "worse", 0.5, "undecided", (-5108.5, 5107.6), (-20.0, 21.0), 1e-9, 2,
+                    span=7.2)  # fmt: skip
+    assert "wider than the table's range (7.20) at alpha" in wide.text() and "5108" not in wide.text()
