@@ -256,6 +256,8 @@ def test_the_decide_commands_on_the_committed_table_train_what_its_decisions_ask
     cells = _runs(out.out)
     assert len(cells) == len(set(cells)) == want and want < 87
     assert f"{want} runs in" in out.err and "plan of" in out.err
+    pairs = {(lk.row, lk.against) for lk in read_looks(runs) if lk.against != "base"}
+    assert pairs == {("A1", "A2"), ("A1", "A3"), ("A1", "A4"), ("A4", "A1"), ("A4", "A2"), ("A4", "A3")}
 
 
 def test_the_decide_command_of_one_claim_trains_its_rows_and_records_the_look_at_every_row(tmp_path):

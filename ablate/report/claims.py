@@ -30,7 +30,17 @@ from typing import Any
 
 from ablate.paper import PaperError
 from ablate.report.analysis import Analysis, RowResult
-from ablate.report.decide import REFERENCE, Decision, Design, _iv, decide, decide_tables, read_looks
+from ablate.report.decide import (
+    REFERENCE,
+    Decision,
+    Design,
+    Look,
+    _iv,
+    decide,
+    decide_tables,
+    looks_made,
+    read_looks,
+)
 from ablate.tasks import Metric
 
 SUPPORTED, NOT_SUPPORTED, UNDECIDED = "supported", "not supported", "undecided"
@@ -328,6 +338,21 @@ def claims(an: Analysis, reference: str = REFERENCE) -> list[Claim]:
     evidence and verdict; none where the task declares no claims."""
     spec = spec_of(an)
     return [read_claim(an, c, reference, spec) for c in spec.claims] if spec else []
+
+
+def pair_looks(an: Analysis, reference: str = REFERENCE) -> list[Look]:
+    """The looks a decide command makes at the claims' own comparisons (a row against another setting of
+    `best_of`), beside the table's: each keyed by the two rows it compares. A comparison with the
+    reference is the table's, recorded with it."""
+    spec = spec_of(an)
+    out: list[Look] = []
+    for c in spec.claims if spec else []:
+        if not c.get("best_of"):
+            continue
+        rd = Reading.of(an, _metric(an, c, spec), reference)
+        pairs = [(r, o) for r in c["expect"] for o in c["best_of"] if o not in (r, reference)]
+        out += looks_made(list(rd.pairs(pairs).values()), rd.design.preset)
+    return out
 
 
 def claims_data(an: Analysis, reference: str = REFERENCE) -> list[dict[str, Any]]:
