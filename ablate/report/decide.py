@@ -617,18 +617,6 @@ def _cost(coll: Collection, d: Decision, reference: str) -> float | None:
     return total
 
 
-def seeds_for(
-    sd: float, effect: float, negligible: float, alpha: float, power_: float, cap: int, extra_df: int = 0
-) -> int | None:
-    """Seeds per side that decide a difference of `effect` with `power_` at a fixed `alpha`: its sign where
-    it is at least `negligible`, else its equivalence (TOST's one-sided test at negligible - effect)."""
-    if alpha <= 0:
-        return None
-    if effect >= negligible:
-        return seeds_needed(sd, effect, alpha, power_, cap, extra_df=extra_df)
-    return seeds_needed(sd, negligible - effect, alpha, power_, cap, one_sided=True, extra_df=extra_df)
-
-
 # ------------------------------------------------------------------------------------------------------------
 # The command that decides
 
