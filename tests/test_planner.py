@@ -622,3 +622,19 @@ def test_two_decide_commands_at_once_keep_every_look(tmp_path):
     assert [p.exitcode for p in procs] == [0, 0]
     rows = [lk.row for lk in read_looks(tmp_path)]
     assert len(rows) == len(set(rows)) == 2 * 5 * 400 + 5 * 50
+
+
+def test_the_decide_command_on_a_table_without_seed_variance_prints_no_command(tmp_path, capsys):
+    import json
+
+    for row in ("base", "A1"):
+        for s in (1, 2):
+            run = tmp_path / row / f"{row}-x-s{s}"
+            run.mkdir(parents=True)
+            rec = {"schema_version": 1, "run_id": f"{row}-x-s{s}", "row": row, "seed": s,
+                   "status": "finished", "task": "translation", "config": {},
+                   "metrics": {"dev_ppl": 5.0, "dev_bleu": 0.0}}  # fmt: skip
+            (run / "record.json").write_text(json.dumps(rec))
+    code, out, err = _decide(tmp_path, capsys)
+    assert (code, out) == (0, "") and "no seed variance: every seed of every row gives the same" in err
+    assert "this brings to two seeds" not in err

@@ -434,7 +434,8 @@ def _decide_command(an, decisions, results: str | None, rows: list[str] | None) 
     cmd, looks, why = found
     record_looks(an.coll.results_dir, looks + pair_looks(an))
     print(why, file=sys.stderr)
-    print(cmd)
+    if cmd:  # none where nothing can be trained (a table whose seeds do not vary): stdout stays empty
+        print(cmd)
     return 0
 
 
