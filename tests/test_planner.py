@@ -218,7 +218,8 @@ def test_the_decide_commands_train_the_sum_of_the_rows_needs_and_print_their_pla
     assert len(set(asks.values())) >= 2  # rows that need different seeds
     monkeypatch.setattr(plan, "run_estimate", lambda cfg: Estimate(600.0, "measured", "hand"))
     monkeypatch.setattr(
-        "ablate.report.decide._config", lambda coll, row, seed: type("C", (), {"model": row, "seed": seed})
+        "ablate.report.decide._config",
+        lambda coll, row, seed, over: type("C", (), {"model": row, "seed": seed}),
     )
     cmds, _, why = decide_command(coll, ds, [])
     runs = _runs(cmds)

@@ -735,7 +735,7 @@ def _plan_cost(coll: Collection, runs: list[tuple[str, int]], overrides: list[st
     for row, seed in runs:
         o = {"status": plan.TO_TRAIN, "estimate_s": None}
         try:
-            cfg = _config(coll, row, seed)
+            cfg = _config(coll, row, seed, overrides)
             o["estimate_s"] = plan.run_estimate(cfg).seconds
             if o["estimate_s"] is None:
                 o["calibration"] = plan.calibration(cfg, [*overrides, f"model={row}", f"seed={seed}"])
@@ -747,14 +747,17 @@ def _plan_cost(coll: Collection, runs: list[tuple[str, int]], overrides: list[st
     return text.replace("\n[plan] ", "\n").removeprefix("[plan] ")
 
 
-def _config(coll: Collection, row: str, seed: int):
-    """The config a run of `row` at `seed` would have: its own newest record's (else the template's), at
-    this seed, into this results folder."""
-    from ablate.config.schema import to_dataclass
+def _config(coll: Collection, row: str, seed: int, overrides: Sequence[str] = ()):
+    """The config a printed command's run of `row` at `seed` would have: its own newest record's (else the
+    template's), at this seed, into this results folder, with the threads the command gives (a record's
+    threads are not part of its identity, so the printed command does not repeat them)."""
+    from ablate.config.schema import RunConfig, to_dataclass
 
-    runs = list(coll.runs.get(row, {}).values()) or [coll.template()]
-    cfg = to_dataclass(runs[-1].rec["config"])
     if not coll.runs.get(row):
         raise ValueError(f"{row}: no record to take its config from")
+    cfg = to_dataclass(list(coll.runs[row].values())[-1].rec["config"])
+    given = dict(o.split("=", 1) for o in overrides if o.startswith("trainer.threads="))
+    threads = given.get("trainer.threads")
+    cfg.trainer.threads = RunConfig().trainer.threads if threads in (None, "null") else int(threads)
     cfg.seed, cfg.results_dir = seed, str(coll.results_dir)
     return cfg
