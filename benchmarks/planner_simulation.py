@@ -84,9 +84,9 @@ def _se(p: float, n: int) -> float:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sims", type=int, default=400, help="tables a configuration")
+    ap.add_argument("--sims", type=int, default=1000, help="tables a configuration")
     ap.add_argument("--rows", default="5,10,20")
-    ap.add_argument("--seeds", default="3")
+    ap.add_argument("--seeds", default="2,3,5")
     ap.add_argument("--looks", default="2,3,4,5")
     ap.add_argument("--families", default="table,row")
     args = ap.parse_args(argv)
