@@ -487,17 +487,20 @@ def _decide_command(an, decisions, results: str | None, rows: list[str] | None) 
     tmpl = an.coll.template()
     over = command_overrides(tmpl, results) if tmpl else []
     found = decide_command(an.coll, decisions, over, rows, reference=an.reference)
+    from ablate.report.claims import pair_looks
+
     if found is None:  # the look is made all the same: its decisions stand as it saw them
-        record_looks(an.coll.results_dir, looks_made(decisions, an.coll.scale or ""))
+        record_looks(an.coll.results_dir, looks_made(decisions, an.coll.scale or "") + pair_looks(an))
         print(
             "nothing to decide: every row compared is decided, or past the seeds a decision could take",
             file=sys.stderr,
         )
         return 0
     cmd, looks, why = found
-    record_looks(an.coll.results_dir, looks)
+    record_looks(an.coll.results_dir, looks + pair_looks(an))
     print(why, file=sys.stderr)
-    print(cmd)
+    if cmd:  # none where nothing can be trained (a table whose seeds do not vary): stdout stays empty
+        print(cmd)
     return 0
 
 

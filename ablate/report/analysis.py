@@ -35,6 +35,7 @@ class Compare:
     p_boot_holm: float = math.nan
     paper_diff: float | None = None
     flags: list[str] = field(default_factory=list)
+    verdict: str | None = None  # the planner's decision (report/decide.py): what bold cells and plots read
 
     @property
     def interval(self) -> tuple[float, float] | None:
@@ -61,8 +62,11 @@ class Compare:
 
     @property
     def improves(self) -> bool:
-        """Better than the reference with an interval that excludes zero, over at least two seeds per side
-        (only then is a cell bolded: one seed per side compares two checkpoints, not two configurations)."""
+        """Decided better by the planner (the table's one verdict, at its family-wise alpha); where no
+        verdict is set, better than the reference with an interval that excludes zero, over at least two
+        seeds per side (one seed per side compares two checkpoints, not two configurations)."""
+        if self.verdict is not None:
+            return self.verdict == "better"
         t_ok = self.ttest is None or self.ttest.lo > 0 or self.ttest.hi < 0
         return (
             self.diff is not None
@@ -236,6 +240,13 @@ def analyse(
         if rr.row != ref:
             _compare(an, rr, base, base_sent, n_boot, boot_seed, seeds_min)
     _correct_and_flag(an, [r for r in results if r.row != ref])
+    from ablate.report.decide import decide, read_looks, verdicts
+
+    looks = read_looks(coll.results_dir) if coll.results_dir else None
+    states = verdicts(decide(coll, an.metrics, looks, reference=ref)) if looks is not None else {}
+    for rr in results:
+        for m, c in rr.cmp.items():
+            c.verdict = states.get((rr.row, m))
     an.rows = results
     return an
 

@@ -22,6 +22,7 @@ Pure functions over an Analysis and its looks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -29,7 +30,17 @@ from typing import Any
 
 from ablate.paper import PaperError
 from ablate.report.analysis import Analysis, RowResult
-from ablate.report.decide import Decision, Design, decide_values, read_looks
+from ablate.report.decide import (
+    REFERENCE,
+    Decision,
+    Design,
+    Look,
+    _iv,
+    decide,
+    decide_tables,
+    looks_made,
+    read_looks,
+)
 from ablate.tasks import Metric
 
 SUPPORTED, NOT_SUPPORTED, UNDECIDED = "supported", "not supported", "undecided"
@@ -38,28 +49,35 @@ WORSE, BETTER, NEARLY = "worse", "better", "nearly identical"
 
 @dataclass
 class Evidence:
-    """One row's decision in the claim's metric against its reference (base, or the best of `best_of`)."""
+    """One row's decision in the claim's metric against the reference, or (best_of) against each other
+    setting the claim lists."""
 
     row: str
     against: str
     expect: str  # "worse" | "better" | "nearly identical"
     diff: float | None = None
     state: str = "not compared"  # the decision's, against `against`
-    look: tuple[float, float] | None = None  # the interval at this look's alpha
+    look: tuple[float, float] | None = None  # the interval at the deciding look's alpha
     ci95: tuple[float, float] | None = None
     alpha: float = 0.0
     seeds: int = 0  # per side, the fewer
     holds: bool | None = None  # True: decided as expected; False: decided against; None: undecided
+    span: float = math.inf  # the metric's range over the table: no wider interval is printed
+    missing: str = ""  # why the row cannot be read (a row the study does not have)
+    pairs: list[Evidence] = field(default_factory=list)  # best_of: against each other setting
 
     def text(self) -> str:
+        if self.missing:
+            return f"{self.row}: {self.missing}"
+        if self.pairs:
+            each = ", ".join(p.text() for p in self.pairs)
+            return f"{self.row} against each other setting: {each}"
         if self.diff is None:
             return f"{self.row}: not measured against {self.against}"
-        if self.row == self.against:
-            return f"{self.row} is the best setting itself ({self.seeds} seeds)"
         return (
             f"{self.row} {self.diff:+.2f} vs {self.against}, {self.state} at this look "
-            f"([{self.look[0]:+.2f}, {self.look[1]:+.2f}] at alpha {self.alpha:.3g}; 95% "
-            f"[{self.ci95[0]:+.2f}, {self.ci95[1]:+.2f}]; {self.seeds} seeds)"
+            f"({_iv(*self.look, self.span)} at alpha {self.alpha:.3g}; 95% {_iv(*self.ci95, self.span)}; "
+            f"{self.seeds} seeds)"
         )
 
 
@@ -72,6 +90,7 @@ class Claim:
     verdict: str = UNDECIDED
     evidence: list[Evidence] = field(default_factory=list)
     note: str = ""
+    metric: str = ""  # the label of the metric it is read by
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,33 +98,56 @@ class Claim:
 
 @dataclass(frozen=True)
 class Reading:
-    """What every claim reads: the table's figures of one metric by row and seed, and the looks made."""
+    """What every claim reads: the table's figures of one metric by row and seed, the looks made, and the
+    table's decisions against the reference (the one verdict the Decisions section gives)."""
 
     an: Analysis
     metric: Metric
     values: dict[str, dict[int, float]]
     design: Design
+    decisions: dict[str, Decision]
 
     @classmethod
-    def of(cls, an: Analysis, metric: Metric | None = None) -> Reading:
+    def of(cls, an: Analysis, metric: Metric | None = None, reference: str = REFERENCE) -> Reading:
         metric = metric or an.read_by
         values = {rr.row: dict(rr.values[metric.name]) for rr in an.rows if rr.values[metric.name]}
         coll = an.coll
         looks = read_looks(coll.results_dir) if coll is not None and coll.results_dir else []
-        return cls(an, metric, values, Design(metric, (coll.scale if coll is not None else "") or "", looks))
+        preset = (coll.scale if coll is not None else "") or ""
+        design = Design(preset, looks, reference=reference)
+        table = _table_decisions(an, looks, reference)
+        ds = {d.row: d for d in table if d.metric.name == metric.name}
+        return cls(an, metric, values, design, ds)
 
-    def decision(self, row: str, against: str = "base") -> Decision | None:
-        if row not in self.values or against not in self.values:
-            return None
-        values = {"base": self.values[against], row: self.values[row]}
-        return decide_values(values, self.design, pool_over=self.values)[0]
+    def decision(self, row: str) -> Decision | None:
+        return self.decisions.get(row)
+
+    def pairs(self, pairs: list[tuple[str, str]]) -> dict[tuple[str, str], Decision]:
+        """The decisions of a claim's own comparisons (row, against another row), a family of their own
+        at alpha (Holm), each keyed in looks.jsonl by what it compares."""
+        values = {r: v for r, v in self.values.items()}
+        for r, o in pairs:
+            values.setdefault(r, {})
+            values.setdefault(o, {})
+        named = [(r, o, self.metric.name) for r, o in pairs]
+        ds = decide_tables({self.metric.name: values}, [self.metric], self.design, named)
+        return {(d.row, d.against): d for d in ds}
+
+
+def _table_decisions(an: Analysis, looks, reference: str) -> list[Decision]:
+    """The table's decisions (every row against the reference in every metric: the Decisions section's
+    family), made once an analysis."""
+    cache = an.__dict__.setdefault("_decisions", {})
+    if reference not in cache:
+        cache[reference] = decide(an.coll, an.metrics, looks, reference=reference) if an.coll else []
+    return cache[reference]
 
 
 def _evidence(d: Decision | None, row: str, against: str, expect: str) -> Evidence:
     ev = Evidence(row, against, expect)
     if d is None or d.diff is None:
         return ev
-    ev.diff, ev.state, ev.alpha, ev.seeds = d.diff, d.state, d.alpha, d.seeds
+    ev.diff, ev.state, ev.alpha, ev.seeds, ev.span = d.diff, d.state, d.alpha, d.seeds, d.span
     ev.look, ev.ci95 = (d.lo, d.hi), d.interval(0.05)
     if expect in (WORSE, BETTER) and d.state != "undecided":
         ev.holds = d.state == expect
@@ -129,12 +171,13 @@ def _measured(rr: RowResult | None, metric: Metric) -> bool:
 class Spec:
     """A paper's claims file: the report's title, the section's heading and note, and each claim as
     declared ({key, paper, rule, expect: {row: worse | better | nearly identical}, and optionally best_of,
-    best_name, within, metric})."""
+    best_name, within, metric}); `metric`, where the file gives it, is every claim's that names none."""
 
     title: str | None
     heading: str
     note: str | None
     claims: list[dict[str, Any]]
+    metric: str | None = None
 
 
 EXPECTS = (WORSE, BETTER, NEARLY)
@@ -156,7 +199,10 @@ def read_spec(path: Path) -> Spec:
         raise PaperError(f"{path}: not a mapping with a list `claims`")
     for i, c in enumerate(claims, 1):
         _check_claim(path, i, c)
-    return Spec(d.get("title"), d.get("heading") or "The paper's claims", d.get("note"), claims)
+    metric = d.get("metric")
+    if metric is not None and not isinstance(metric, str):
+        raise PaperError(f"{path}: `metric` names one metric of the task, as text")
+    return Spec(d.get("title"), d.get("heading") or "The paper's claims", d.get("note"), claims, metric)
 
 
 def _check_claim(path: Path, i: int, c: Any) -> None:
@@ -188,67 +234,97 @@ def report_title(an: Analysis) -> str:
     return f"Variations of task {name}: {label}"
 
 
-def _metric(an: Analysis, c: dict) -> Metric:
+def _metric(an: Analysis, c: dict, spec: Spec | None = None) -> Metric:
+    """The metric a claim is read by: its own `metric`, else its file's, else the paper table's (read_by)."""
     by_name = {m.name: m for m in an.metrics}
-    if c.get("metric") is None:
+    name = c.get("metric") or (spec.metric if spec is not None else None)
+    if name is None:
         return an.read_by
-    if c["metric"] not in by_name:
-        raise PaperError(f"claim {c['key']}: metric {c['metric']!r} is not one of {', '.join(by_name)}")
-    return by_name[c["metric"]]
+    if name not in by_name:
+        raise PaperError(f"claim {c['key']}: metric {name!r} is not one of {', '.join(by_name)}")
+    return by_name[name]
 
 
-def read_claim(an: Analysis, c: dict) -> Claim:
+def _exists(an: Analysis, row: str) -> bool:
+    """A row the study has: a record, a row file, or a row of its paper's table."""
+    coll = an.coll
+    return an.get(row) is not None or (coll is not None and (row in coll.runs or row in coll.rows.models))
+
+
+def read_claim(an: Analysis, c: dict, reference: str = REFERENCE, spec: Spec | None = None) -> Claim:
     """One declared claim, its evidence and verdict."""
-    rd = Reading.of(an, _metric(an, c))
+    metric = _metric(an, c, spec)
+    rd = Reading.of(an, metric, reference)
     expect: dict[str, str] = c["expect"]
-    cl = Claim(c["key"], c["paper"], c["rule"], list(c.get("best_of") or expect))
+    cl = Claim(c["key"], c["paper"], c["rule"], list(c.get("best_of") or expect), metric=metric.label)
+    unknown = [r for r in dict.fromkeys([*expect, *(c.get("best_of") or [])]) if not _exists(an, r)]
     if c.get("best_of"):
-        _against_best(rd, cl, c, expect)
+        _against_each(rd, cl, c, expect)
     else:
         cl.evidence = [
-            _nearly(rd, cl, row, c["within"]) if e == NEARLY else _evidence(rd.decision(row), row, "base", e)
+            _nearly(rd, cl, row, c["within"], reference)
+            if e == NEARLY
+            else _evidence(rd.decision(row), row, reference, e)
             for row, e in expect.items()
         ]
+    for ev in cl.evidence:
+        if ev.row in unknown:
+            ev.missing = "no such row in this study (no record, no row file, not in the paper's table)"
+    if unknown:
+        cl.note = "; ".join(n for n in (f"rows the study does not have: {', '.join(unknown)}", cl.note) if n)
     cl.verdict = verdict(cl.evidence)
     return cl
 
 
-def _against_best(rd: Reading, cl: Claim, c: dict, expect: dict[str, str]) -> None:
-    """Each row against the best of `best_of` (the lowest mean where lower is better)."""
-    m, an = rd.metric, rd.an
-    if not _measured(an.get("base"), m):
-        cl.evidence = [Evidence(r, "base", e) for r, e in expect.items()]
-        cl.note = "base not measured"
-        return
-    sign = -1 if m.higher_is_better else 1
-    measured = [rr for row in c["best_of"] if _measured(rr := an.get(row), m)]
-    best = min(measured, key=lambda rr: sign * rr.summary(m.name)[0])
+def _against_each(rd: Reading, cl: Claim, c: dict, expect: dict[str, str]) -> None:
+    """Each row against every other setting of `best_of`, not against the one the seeds pick as best (that
+    pick favours the best by chance: a winner's curse). A row is worse than the best setting when it is
+    decided worse than any other; it is not when it is decided better than (or negligibly apart from)
+    every other. The claim's comparisons are a family of their own, at alpha by Holm."""
+    m, settings = rd.metric, list(c["best_of"])
+    pairs = [(row, other) for row in expect for other in settings if other != row]
+    ds = rd.pairs(pairs)
     for row, e in expect.items():
-        if row == best.row:  # the row is itself the best setting: against the claim
-            ev = Evidence(row, row, e, diff=0.0, holds=False, seeds=len(best.values[m.name]))
-        else:
-            ev = _evidence(rd.decision(row, best.row), row, best.row, e)
+        each = [_evidence(ds.get((row, other)), row, other, e) for other in settings if other != row]
+        ev = Evidence(row, "each other setting", e, pairs=each)
+        decided = [p.state for p in each if p.state in ("better", "worse", "negligible")]
+        if any(p.state == e for p in each):
+            ev.holds = True
+        elif each and len(decided) == len(each):
+            ev.holds = False
+        ev.diff = next((p.diff for p in each if p.diff is not None), None)
         cl.evidence.append(ev)
-    name = c.get("best_name") or "setting"
-    cl.note = f"best {name}: {best.row} (dev {m.label} {best.summary(m.name)[0]:.2f})"
+    sign = -1 if m.higher_is_better else 1
+    measured = [rr for row in settings if _measured(rr := rd.an.get(row), m)]
+    if measured:
+        best = min(measured, key=lambda rr: sign * rr.summary(m.name)[0])
+        name = c.get("best_name") or "setting"
+        cl.note = (
+            f"best {name} by its mean: {best.row} (dev {m.label} {best.summary(m.name)[0]:.2f}); each row is "
+            f"tested against every other setting, not against the pick (Holm over the claim's {len(pairs)} "
+            "comparisons)"
+        )
+    else:
+        cl.note = f"none of {', '.join(settings)} measured"
 
 
-def _nearly(rd: Reading, cl: Claim, row: str, within: float) -> Evidence:
-    """`row` nearly identical to base: TOST within +-within x base's mean at the alpha of the row's look."""
+def _nearly(rd: Reading, cl: Claim, row: str, within: float, reference: str) -> Evidence:
+    """`row` nearly identical to the reference: TOST within +-within x the reference's mean at the alpha of
+    the row's deciding look (its figures at that look)."""
     d = rd.decision(row)
-    ev = _evidence(d, row, "base", NEARLY)
-    base = rd.an.get("base")
-    if ev.diff is not None and d.alpha > 0:
-        mean = base.summary(rd.metric.name)[0]
+    ev = _evidence(d, row, reference, NEARLY)
+    ref = rd.an.get(reference)
+    if ev.diff is not None and d.alpha > 0 and ref is not None:
+        mean = ref.summary(rd.metric.name)[0]
         tol = within * abs(mean)
-        note = f"tolerance ±{tol:.3f} ({within:.0%} of base's {mean:.2f})"
-        eq_lo, eq_hi = d.interval(2 * d.alpha)
+        note = f"tolerance ±{tol:.3f} ({within:.0%} of {reference}'s {mean:.2f})"
+        eq_lo, eq_hi = d.look_interval(2 * d.alpha)
         if -tol < eq_lo and eq_hi < tol:
             ev.holds = True
         elif d.lo > tol or d.hi < -tol:
             ev.holds = False
         note += (
-            f"; equivalence interval (1 - 2 alpha) [{eq_lo:+.2f}, {eq_hi:+.2f}]"
+            f"; equivalence interval (1 - 2 alpha) {_iv(eq_lo, eq_hi, d.span)}"
             + {True: " inside it", False: "", None: ": neither inside it nor the look's interval outside"}[
                 ev.holds
             ]
@@ -257,39 +333,64 @@ def _nearly(rd: Reading, cl: Claim, row: str, within: float) -> Evidence:
     return ev
 
 
-def claims(an: Analysis) -> list[Claim]:
+def claims(an: Analysis, reference: str | None = None) -> list[Claim]:
     """The paper's claims (the task's paper_claims; Table 3's for translation), each with its rows,
     evidence and verdict; none where the task declares no claims."""
+    reference = reference or an.reference
     spec = spec_of(an)
-    return [read_claim(an, c) for c in spec.claims] if spec else []
+    return [read_claim(an, c, reference, spec) for c in spec.claims] if spec else []
 
 
-def claims_data(an: Analysis) -> list[dict[str, Any]]:
+def pair_looks(an: Analysis, reference: str | None = None) -> list[Look]:
+    """The looks a decide command makes at the claims' own comparisons (a row against another setting of
+    `best_of`), beside the table's: each keyed by the two rows it compares. A comparison with the
+    reference is the table's, recorded with it."""
+    reference = reference or an.reference
+    spec = spec_of(an)
+    out: list[Look] = []
+    for c in spec.claims if spec else []:
+        if not c.get("best_of"):
+            continue
+        rd = Reading.of(an, _metric(an, c, spec), reference)
+        pairs = [(r, o) for r in c["expect"] for o in c["best_of"] if o not in (r, reference)]
+        out += looks_made(list(rd.pairs(pairs).values()), rd.design.preset)
+    return out
+
+
+def claims_data(an: Analysis, reference: str | None = None) -> list[dict[str, Any]]:
     """The claims as plain data (JSON, the W&B dashboard)."""
-    return [c.as_dict() for c in claims(an)]
+    reference = reference or an.reference
+    return [c.as_dict() for c in claims(an, reference)]
 
 
-def rules_note(an: Analysis) -> str:
+def rules_note(an: Analysis, reference: str = REFERENCE) -> str:
     return (
-        f"Each claim of the paper, read by a rule over the dev-{an.read_by.label} Δ of the rows it rests on, "
-        "through the planner's procedure (the Decisions below: the pooled seed variance, each row's look "
-        "and the alpha it spent). supported: every row decided as claimed; not supported: a row decided "
-        "against the claim; undecided: otherwise (a row undecided at this look, or not measured)."
+        f"Each claim of the paper, read by a rule over the dev Δ (against {reference}) of the rows it rests "
+        "on, in the metric its line names, through the planner's procedure (the Decisions below: the pooled "
+        "seed variance, each row's looks and the alpha its share of the table's family gives it). "
+        "supported: every row decided as claimed; not supported: a row decided against the claim; "
+        "undecided: otherwise (a row undecided at this look, or not measured)."
     )
 
 
 def _mark(ev: Evidence) -> str:
-    return {True: "as claimed", False: "against", None: "undecided"}[ev.holds] if ev.diff is not None else ""
+    if ev.missing or (ev.diff is None and not ev.pairs):
+        return ""
+    return {True: "as claimed", False: "against", None: "undecided"}[ev.holds]
 
 
-def claims_markdown(an: Analysis) -> list[str]:
-    """The report's section: one line per claim with its verdict, its rule and each row's Δ and intervals."""
+def claims_markdown(an: Analysis, reference: str | None = None) -> list[str]:
+    """The report's section: one line per claim with its verdict, its rule, the metric it is read by and
+    each row's Δ and intervals."""
+    reference = reference or an.reference
     spec = spec_of(an)
     if spec is None or not spec.claims:
         return []
-    lines = [f"## {spec.heading}", "", spec.note or rules_note(an), ""]
-    for cl in claims(an):
+    lines = [f"## {spec.heading}", "", spec.note or rules_note(an, reference), ""]
+    for cl in claims(an, reference):
         rows = "; ".join(ev.text() + (f": {m}" if (m := _mark(ev)) else "") for ev in cl.evidence)
         note = f" {cl.note[0].upper()}{cl.note[1:]}." if cl.note else ""
-        lines.append(f"- ({cl.key}) **{cl.verdict}**: {cl.paper} Rule: {cl.rule}.{note} {rows}.")
+        lines.append(
+            f"- ({cl.key}) **{cl.verdict}**: {cl.paper} Rule: {cl.rule} (dev {cl.metric}).{note} {rows}."
+        )
     return lines + [""]

@@ -1,33 +1,40 @@
 """The ablation planner's decisions: for each row and each metric its task declares, whether the row's
-difference to base is decided, and how many seeds would decide it (docs/planner.md states each estimator).
+difference to the study's reference row is decided, and how many seeds would decide it (docs/planner.md
+states each estimator and the procedure).
 
 - The seed variance is pooled over the rows of the table: s^2 = sum (n_i - 1) s_i^2 / sum (n_i - 1), on
   df = sum (n_i - 1) degrees of freedom (a one-way analysis of variance's within-row mean square). A row's
-  difference to base, d = mean(row) - mean(base), has the standard error s sqrt(1/n_row + 1/n_base) and
-  its interval the t quantile on df: one row's own two or three seeds never carry the decision, so
-  differences that happen to agree at two seeds give no zero-width interval. A row whose own spread is far
-  from the other rows' (two-sided F test, p < FLAG_P) is flagged: the pooled variance may not suit it.
-- States at this look's alpha a: **better** or **worse** (the (1 - a) interval excludes zero, in the
-  metric's direction), **negligible** (TOST at a: the (1 - 2a) interval lies inside +-delta, delta the
-  metric's `negligible`), else **undecided**. Every line also gives the 95% interval, and an undecided one
-  the smallest |d| this look could have decided.
-- Looks: the seeds a decision looks at grow, so each look spends part of alpha, by the Lan-DeMets spending
-  function of O'Brien-Fleming type, alpha/2 a side (R gsDesign's sfLDOF): a(t) = 2 (2 - 2 Phi(z_{1-alpha/4}
-  / sqrt(t))), t = the seeds per side at this look over the most any look of the row planned. The looks
-  made are kept in `<results>/looks.jsonl` by `--decide-command`; a look spends what a(t) adds to what
-  earlier looks spent (nominally, at its own level: a union bound over the looks). A look keeps what it
-  concluded: a row decided at a look stays as that look decided it (difference, interval, alpha), and a
-  look at the seeds a row still has is read as it was made, whatever other rows' seeds do to the pool.
-- Seeds until decided: per side, the smallest n whose exact power (noncentral t) reaches POWER at the
-  alpha left, for the observed difference (two-sided; for a difference below delta, TOST's one-sided test
-  at delta - |d|), with s the pooled sd on the degrees of freedom the table will have: the other rows'
-  and 2n - 2. Past `cap` seeds: not decidable within cap.
+  difference to the reference, d = mean(row) - mean(reference), has the standard error s sqrt(1/n_row +
+  1/n_ref) and its interval the t quantile on df. A row whose own spread is far from the other rows'
+  (two-sided F test, p < FLAG_P) is flagged: the pooled variance may not suit it.
+- States at a look's alpha a: **better** or **worse** (the (1 - a) interval excludes zero, in the metric's
+  direction), **negligible** (TOST at a: the (1 - 2a) interval lies inside +-delta, delta the metric's
+  `negligible`), else **undecided**.
+- The family: every comparison of the table (FAMILY "table": each row against the reference in every
+  metric) or the rows of one metric ("metric"), at family-wise error rate alpha, by Holm's procedure for
+  group-sequential tests (Maurer & Bretz 2013, Stat. Biopharm. Res. 5:311, the Holm graph): each
+  comparison not yet decided better or worse holds alpha / (the comparisons not yet so decided); a
+  comparison so decided passes its share on, and the others are tested again at every look they made
+  with the larger share.
+- One rule for a look's alpha: within its share s, a comparison's looks spend by the Lan-DeMets
+  O'Brien-Fleming function (gsDesign's sfLDOF) a(t) = 2 (2 - 2 Phi(z_{1-s/4} / sqrt(t))), t = seeds a side
+  at the look / P, P the most seeds a side any earlier look of the comparison planned or asked for (a first
+  look: the fewest seeds whose final look, with what the first leaves, reaches POWER). A look at n >= P
+  spends all that is left. A look tests at what a(t) adds to the earlier looks' (a union bound over the
+  looks). The seeds a line asks for are the fewest N whose next look, at the alpha this rule gives it
+  (a(min(1, N / P)) less what is spent), reaches POWER (exact power, noncentral t; for a difference below
+  delta, TOST's one-sided test at delta - |d|), with s the pooled sd on the degrees of freedom the table
+  will have. Past `cap` seeds: not decidable within cap.
+- Looks are kept in `<results>/looks.jsonl` by `--decide-command`, keyed by what they compare (preset,
+  row, against, metric). A comparison decided at a look stays as that look decided it; a look at the seeds a
+  comparison still has is read with the figures it recorded.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -41,6 +48,14 @@ from ablate.tasks import Metric
 ALPHA, POWER, CAP = 0.05, 0.8, 20
 FLAG_P = 0.01  # a row's spread this unlikely under the pooled variance is flagged
 LOOKS = "looks.jsonl"
+REFERENCE = "base"
+FAMILIES = {
+    "table": "every comparison of the table (each row against the reference, in every metric)",
+    "metric": "the rows of one metric",
+    "row": "each comparison alone (no error rate across the table: the simulation's yardstick)",
+}
+FAMILY = "table"
+STATES = ("better", "worse", "negligible", "undecided")
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -99,11 +114,12 @@ def seeds_needed(
     return int(n[ok[0]]) if ok.size else None
 
 
-def spent(alpha: float, t: float) -> float:
+def spent(alpha: float, t):
     """The Lan-DeMets O'Brien-Fleming spending function, alpha/2 a side (gsDesign's sfLDOF): the two-sided
-    alpha spent by information fraction t."""
-    t = min(max(t, 1e-9), 1.0)
-    return float(4 * spc.ndtr(spc.ndtri(alpha / 4) / math.sqrt(t)))
+    alpha spent by information fraction t (a number or an array)."""
+    t = np.clip(t, 1e-9, 1.0)
+    out = 4 * spc.ndtr(spc.ndtri(alpha / 4) / np.sqrt(t))
+    return float(out) if np.ndim(out) == 0 else out
 
 
 def spread_p(values: Sequence[float], others: Pool | None) -> float | None:
@@ -124,16 +140,21 @@ class Look:
     preset: str
     row: str
     metric: str
-    seeds: int  # per side (the fewer of row and base) at this look
-    planned: int  # seeds per side planned at this look
-    alpha: float  # alpha this look spent
+    seeds: int  # per side (the fewer of the two rows) at this look
+    planned: int  # P: the seeds a side this look's alpha was spent against
+    alpha: float  # the alpha this look tested at
     # What the look concluded, kept so that a later read shows it as made (None in a line written before
     # looks kept it: that look is read again on today's pooled variance).
     state: str | None = None
     diff: float | None = None
     se: float | None = None
     df: int | None = None
-    needed: int | None = None
+    needed: int | None = None  # the seeds a side it asked for
+    against: str = REFERENCE  # the row it compares with (a line without it: base, as every look was then)
+
+    @property
+    def key(self) -> tuple[str, str, str, str]:
+        return (self.preset, self.row, self.against, self.metric)
 
 
 class LooksError(ValueError):
@@ -152,23 +173,71 @@ def read_looks(results: Path) -> list[Look]:
     out = []
     for n, line in enumerate(path.read_text().splitlines(), 1):
         try:
-            out.append(Look(**json.loads(line)))
+            look = Look(**json.loads(line))
         except (ValueError, TypeError) as e:
             raise LooksError(
                 f"{path} line {n}: not a look ({type(e).__name__}); the alpha spent so far is unknown: "
                 "restore the line or remove the file and its looks"
             ) from None
+        if problem := _bad(look):
+            raise LooksError(
+                f"{path} line {n}: {problem}; the alpha spent so far is unknown: restore the line or remove "
+                "the file and its looks"
+            )
+        out.append(look)
     return out
 
 
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 1
+
+
+def _finite(v) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _bad(lk: Look) -> str | None:
+    """What makes a parsed line no look: a field of the wrong kind, a number that is not finite, a state
+    that is not one of STATES."""
+    for name in ("preset", "row", "metric", "against"):
+        if not isinstance(getattr(lk, name), str):
+            return f"{name} {getattr(lk, name)!r} is not text"
+    for name in ("seeds", "planned"):
+        if not _count(getattr(lk, name)):
+            return f"{name} {getattr(lk, name)!r} is not a count of seeds"
+    if not _finite(lk.alpha) or not 0 <= lk.alpha <= 1:
+        return f"alpha {lk.alpha!r} is not a level in [0, 1]"
+    if lk.state is None:
+        return None
+    if lk.state not in STATES:
+        return f"state {lk.state!r} is not one of {', '.join(STATES)}"
+    for name in ("diff", "se"):
+        if not _finite(getattr(lk, name)):
+            return f"{name} {getattr(lk, name)!r} is not a finite number (state {lk.state})"
+    if not _count(lk.df):
+        return f"df {lk.df!r} is not a count of degrees of freedom"
+    if lk.needed is not None and not _count(lk.needed):
+        return f"needed {lk.needed!r} is not a count of seeds"
+    return None
+
+
 def record_looks(results: Path, looks: list[Look]) -> None:
-    """Append the looks a decide command makes (one line each; earlier lines are never rewritten). A look
-    at seeds already looked at is that look again: it is not written twice."""
-    seen = {(lk.preset, lk.row, lk.metric, lk.seeds) for lk in read_looks(results)}
-    new = [lk for lk in looks if (lk.preset, lk.row, lk.metric, lk.seeds) not in seen]
-    if new:
-        with open(Path(results) / LOOKS, "a", encoding="utf-8") as f:
-            f.writelines(json.dumps(asdict(look)) + "\n" for look in new)
+    """Append the looks a decide command makes (one line each; earlier lines are never rewritten), under the
+    file's lock (records.folder.run_lock): a second command at once waits, then reads what the first wrote.
+    A look at seeds already looked at is that look again: it is not written twice."""
+    from ablate.records.folder import run_lock
+
+    path = Path(results) / LOOKS
+    while True:
+        with run_lock(path) as mine:
+            if mine:
+                seen = {(*lk.key, lk.seeds) for lk in read_looks(results)}
+                new = [lk for lk in looks if (*lk.key, lk.seeds) not in seen]
+                if new:
+                    with open(path, "a", encoding="utf-8") as f:
+                        f.write("".join(json.dumps(asdict(lk)) + "\n" for lk in new))
+                return
+        time.sleep(0.02)
 
 
 # ------------------------------------------------------------------------------------------------------------
@@ -180,48 +249,70 @@ class Decision:
     row: str
     metric: Metric
     state: str  # better | worse | negligible | undecided | not compared
-    diff: float | None  # mean(row) - mean(base)
-    lo: float | None  # the (1 - alpha) interval of this look
+    diff: float | None  # mean(row) - mean(against) now: the difference of the means the tables show
+    lo: float | None  # the interval at `alpha` of the look that decides it (or of this look)
     hi: float | None
-    alpha: float  # this look's
+    alpha: float  # that look's
     seeds: int  # per side now (the fewer)
-    needed: int | None  # seeds per side that would decide it (undecided rows); None: past the cap
-    planned: int  # the seeds this look's alpha was spent against
-    se: float | None = None  # of diff: pooled sd x sqrt(1/n_row + 1/n_base)
-    df: int = 0  # the pooled variance's
+    needed: int | None  # seeds a side that would decide it (undecided); None: past the cap
+    planned: int  # P: the seeds a side that look's alpha was spent against
+    se: float | None = None  # of diff now: pooled sd x sqrt(1/n_row + 1/n_against)
+    df: int = 0  # the pooled variance's now
     cap: int = CAP
     span: float = math.inf  # the metric's range over the table's runs: no wider interval is printed
     flag: str = ""  # a row whose spread is far from the pool's
     cost_s: float | None = None  # the wall time of the runs `needed` adds, as the records took it
-    recorded: bool = False  # as an earlier look recorded it (looks.jsonl), not read again now
+    recorded: bool = False  # the deciding look's figures are those looks.jsonl recorded
+    against: str = REFERENCE
+    share: float = ALPHA  # this comparison's share of the family's alpha (Holm) when it was tested
+    family: int = 1  # comparisons in its family
+    look_seeds: int = 0  # seeds a side at the look that decides it (or this look)
+    look_diff: float | None = None  # the difference at that look, its standard error and df
+    look_se: float | None = None
+    look_df: int = 0
+    why: str = ""  # not compared: why
+    next_alpha: float | None = None  # the alpha the look at `needed` seeds would test at
 
     def interval(self, alpha: float) -> tuple[float, float]:
+        """The (1 - alpha) interval of the difference of the means now."""
         half = t_quantile(1 - alpha / 2, self.df) * self.se
         return self.diff - half, self.diff + half
 
+    def look_interval(self, alpha: float) -> tuple[float, float]:
+        """The (1 - alpha) interval of the difference at the look that decides it (or this look)."""
+        half = t_quantile(1 - alpha / 2, self.look_df) * self.look_se
+        return self.look_diff - half, self.look_diff + half
+
     def text(self) -> str:
-        m = self.metric
-        if self.diff is None:
-            return f"{self.row} {m.label}: {self.state}"
+        m, vs = self.metric, "" if self.against == REFERENCE else f" against {self.against}"
+        if self.diff is None or self.state == "not compared":
+            return f"{self.row}{vs} {m.label}: not compared ({self.why or 'nothing to compare'})"
         lo95, hi95 = self.interval(0.05)
-        where = f"{self.diff:+.2f}, 95% interval {_iv(lo95, hi95, self.span)}"
-        look = f"(pooled t on {self.df} df, alpha {self.alpha:.3g} at {self.seeds} seeds)"
-        if self.recorded:
-            look += f", as {LOOKS} recorded it"
+        now = f"Δ of the means {self.diff:+.2f}, 95% interval {_iv(lo95, hi95, self.span)}"
+        how = (
+            f"pooled t on {self.look_df or self.df} df, alpha {self.alpha:.3g} at {self.look_seeds} of "
+            f"{self.planned} planned seeds a side, from a share {self.share:.3g} of alpha {ALPHA:g} over "
+            f"{self.family} comparisons (Holm)"
+        )
+        look = _iv(self.lo, self.hi, self.span)
         if self.state != "undecided":
-            now = _iv(self.lo, self.hi, self.span)
-            out = f"{self.row} {m.label}: {self.state}, {where}; at this look {now} {look}"
+            at = f"decided at {self.look_seeds} seeds a side"
+            if self.recorded:
+                at += f" as {LOOKS} recorded it"
+            if self.look_diff is not None and (self.recorded or self.look_seeds != self.seeds):
+                at += f" (Δ then {self.look_diff:+.2f})"
+            out = f"{self.row}{vs} {m.label}: {self.state}; {now}; {at}: {look} ({how})"
         else:
             half = (self.hi - self.lo) / 2
             could = (
                 f"decides only |Δ| > {half:.2f}" if half < self.span else "decides no |Δ| this table shows"
             )
-            out = f"{self.row} {m.label}: undecided, {where}; {could} at this look {look}"
+            out = f"{self.row}{vs} {m.label}: undecided; {now}; this look {could} ({how})"
             if self.needed:
                 from ablate.jobs.estimate import duration
 
                 took = f", ~{duration(self.cost_s)} as their records took" if self.cost_s else ""
-                out += f"; {self.needed} seeds a side would decide it{took}"
+                out += f"; {self.needed} seeds a side would decide it (at alpha {self.next_alpha:.3g}){took}"
             else:
                 out += f"; not decidable within {self.cap} seeds"
         return out + (f"; {self.flag}" if self.flag else "")
@@ -233,15 +324,19 @@ def _iv(lo: float, hi: float, span: float) -> str:
 
 @dataclass(frozen=True)
 class Design:
-    """What every decision of one metric shares."""
+    """What every decision of a table shares."""
 
-    metric: Metric
     preset: str = ""
     looks: Sequence[Look] = ()
     alpha: float = ALPHA
     power: float = POWER
     cap: int = CAP
-    negligible: float | None = None  # the metric's own where None
+    delta: Mapping[str, float] = field(default_factory=dict)  # a metric's negligible, where not its own
+    family: str = FAMILY
+    reference: str = REFERENCE
+
+
+Values = Mapping[str, Mapping[int, float]]  # {row: {seed: value}} of one metric
 
 
 def decide(
@@ -252,46 +347,244 @@ def decide(
     power: float = POWER,
     cap: int = CAP,
     delta: dict[str, float] | None = None,
-    reference: str = "base",
+    reference: str = REFERENCE,
+    family: str = FAMILY,
 ) -> list[Decision]:
-    """Every row's decision against `reference` for each metric (see the module's docstring)."""
-    delta = delta or {}
-    out = []
-    for m in metrics:
-        values = {row: _values(coll.finished(row), m) for row in coll.runs}
-        design = Design(m, coll.scale or "", looks, alpha, power, cap, delta.get(m.name))
-        for d in decide_values(values, design, reference=reference):
-            out.append(replace(d, cost_s=_cost(coll, d)) if d.needed else d)
-    return out
+    """Every row's decision against the reference for each metric (see the module's docstring): the one
+    verdict the Decisions, the tables' bold cells, the plots and the claims read."""
+    tables = {m.name: {row: _values(coll.finished(row), m) for row in coll.runs} for m in metrics}
+    design = Design(coll.scale or "", looks, alpha, power, cap, delta or {}, family, reference)
+    out = decide_tables(tables, metrics, design)
+    return [replace(d, cost_s=_cost(coll, d, reference)) if d.needed else d for d in out]
+
+
+def verdicts(decisions: Iterable[Decision]) -> dict[tuple[str, str], str]:
+    """{(row, metric name): state} of the comparisons against the reference: what a cell's bold, a plot's
+    colour and a claim read."""
+    return {(d.row, d.metric.name): d.state for d in decisions}
 
 
 def _values(runs: dict, m: Metric) -> dict[int, float]:
     return {s: v for s, r in runs.items() if (v := r.metric(m.record_key)) is not None}
 
 
-def decide_values(
-    values: Mapping[str, Mapping[int, float]],
+def decide_values(values: Values, metric: Metric, design: Design = Design()) -> list[Decision]:
+    """The decisions of one metric's table {row: {seed: value}}, each row against the reference."""
+    return decide_tables({metric.name: values}, [metric], design)
+
+
+def decide_tables(
+    tables: Mapping[str, Values],
+    metrics: Sequence[Metric],
     design: Design,
-    pool_over: Mapping | None = None,
-    reference: str = "base",
+    pairs: Sequence[tuple[str, str, str]] | None = None,
 ) -> list[Decision]:
-    """The decisions of one metric over a table {row: {seed: value}} against its row "base", the seed
-    variance pooled over `pool_over` (a whole table of which `values` compares a part) or `values`."""
-    base = values.get(reference, {})
-    table = values if pool_over is None else pool_over
-    pool = pooled([list(v.values()) for v in table.values()])
-    seen = [v for by in table.values() for v in by.values()]
-    span = max(seen) - min(seen) if seen else math.inf
-    flags = _flags(table)
-    out = []
-    for row in (r for r in values if r != reference):
-        d = _one(design, row, base, values[row], pool)
-        flag = "; ".join(f for f in (flags.get(row), flags.get(reference)) if f)
-        out.append(replace(d, span=span or math.inf, flag=flag))
-    return out
+    """The decisions of `pairs` (row, against, metric name; by default every row against the reference in
+    every metric), the seed variance of each metric pooled over its whole table, at the family-wise
+    alpha of the design's family."""
+    by_name = {m.name: m for m in metrics}
+    if pairs is None:
+        ref = design.reference
+        pairs = [(row, ref, m.name) for m in metrics for row in tables[m.name] if row != ref]
+    shared = {name: _Table.of(tables[name]) for name in {p[2] for p in pairs}}
+    cmps = [_prepare(shared[name], row, vs, by_name[name], design) for row, vs, name in pairs]
+    if design.family == "metric":
+        fams = [[c for c in cmps if c.metric.name == m.name] for m in metrics]
+    elif design.family == "table":
+        fams = [cmps]
+    elif design.family == "row":
+        fams = [[c] for c in cmps]
+    else:
+        raise ValueError(f"family {design.family!r}: one of {', '.join(FAMILIES)}")
+    done = {id(c): d for fam in fams for c, d in zip(fam, _holm(fam, design), strict=True)}
+    return [done[id(c)] for c in cmps]
 
 
-def _flags(values: Mapping[str, Mapping[int, float]]) -> dict[str, str]:
+@dataclass(frozen=True)
+class _Table:
+    """What the comparisons of one metric share: its values, pooled variance, range and flags."""
+
+    values: Values
+    pool: Pool | None
+    span: float
+    flags: dict[str, str]
+
+    @classmethod
+    def of(cls, values: Values) -> _Table:
+        pool = pooled([list(v.values()) for v in values.values()])
+        seen = [v for by in values.values() for v in by.values()]
+        span = (max(seen) - min(seen)) if seen else math.inf
+        return cls(values, pool, span or math.inf, _flags(values))
+
+
+@dataclass(frozen=True)
+class _Cmp:
+    """One comparison, prepared: its figures now, its looks, and why it is not compared."""
+
+    row: str
+    against: str
+    metric: Metric
+    n: int
+    diff: float | None
+    se: float | None
+    df: int
+    sd: float
+    other_df: int  # of the rows the command does not train
+    negligible: float
+    why: str
+    earlier: tuple[Look, ...]  # its looks at other seeds, by seeds
+    this: Look | None  # its look at these seeds
+    stands: Look | None  # the first look that decided it
+    span: float
+    flag: str
+
+
+def _prepare(tab: _Table, row: str, vs: str, m: Metric, design: Design) -> _Cmp:
+    mine, ref = tab.values.get(row, {}), tab.values.get(vs, {})
+    n, pool = min(len(mine), len(ref)), tab.pool
+    negligible = design.delta.get(m.name, m.negligible)
+    key = (design.preset, row, vs, m.name)
+    before = sorted((lk for lk in design.looks if lk.key == key), key=lambda lk: lk.seeds)
+    flag = "; ".join(f for f in (tab.flags.get(row), tab.flags.get(vs)) if f)
+    common = dict(row=row, against=vs, metric=m, n=n, negligible=negligible, span=tab.span, flag=flag)
+    lacking = [r for r, v in ((vs, ref), (row, mine)) if not v]
+    why = ""
+    if lacking:
+        why = f"no finished seed of {' or '.join(lacking)} with {m.label}"
+    elif pool is None:
+        why = "no row has two seeds, so the seed variance is unknown"
+    elif pool.sd <= 0:
+        why = f"no seed variance: every seed of every row gives the same {m.label}"
+    if why:
+        return _Cmp(**common, diff=None, se=None, df=0, sd=0.0, other_df=0, why=why, earlier=(), this=None,
+                    stands=None)  # fmt: skip
+    diff = float(np.mean(list(mine.values())) - np.mean(list(ref.values())))
+    se = pool.sd * math.sqrt(1 / len(mine) + 1 / len(ref))
+    other_df = pool.df - max(len(mine) - 1, 0) - max(len(ref) - 1, 0)
+    kept = [lk for lk in before if lk.state is not None]
+    decided = [lk for lk in kept if lk.state != "undecided"]
+    this = next((lk for lk in before if lk.seeds == n), None)
+    return _Cmp(**common, diff=diff, se=se, df=pool.df, sd=pool.sd, other_df=other_df, why="",
+                earlier=tuple(lk for lk in before if lk.seeds != n), this=this,
+                stands=decided[0] if decided else None)  # fmt: skip
+
+
+def _holm(cmps: Sequence[_Cmp], design: Design) -> list[Decision]:
+    """Holm's procedure over the family's group-sequential tests (Maurer & Bretz 2013): each comparison
+    not decided better or worse holds alpha / their number; a decision passes its share to the rest, which
+    are tested again (at every look they made) with theirs, until none is newly decided."""
+    out: dict[int, Decision] = {}
+    while True:
+        open_ = [c for c in cmps if id(c) not in out]
+        share = design.alpha / max(len(open_), 1)
+        trial = {id(c): _test(c, share, design) for c in open_}
+        new = {k: d for k, d in trial.items() if d.state in ("better", "worse")}
+        out.update(new)
+        if not new:
+            out.update(trial)
+            return [replace(out[id(c)], family=len(cmps)) for c in cmps]
+
+
+def _decided(
+    d: float, se: float, df: int, a: float, m: Metric, negligible: float
+) -> tuple[str, float, float]:
+    """(state, lo, hi) of a difference d (se, df) tested at alpha a."""
+    if a <= 0:
+        return "undecided", -math.inf, math.inf
+    half = t_quantile(1 - a / 2, df) * se
+    lo, hi = d - half, d + half
+    if lo > 0 or hi < 0:
+        return ("better" if (lo > 0) == m.higher_is_better else "worse"), lo, hi
+    eq = t_quantile(1 - a, df) * se
+    if -negligible < d - eq and d + eq < negligible:
+        return "negligible", lo, hi
+    return "undecided", lo, hi
+
+
+def _test(c: _Cmp, share: float, design: Design) -> Decision:
+    """The comparison's group-sequential test at `share`: its earlier looks, each at what the spending
+    adds by its plan, then this look (module docstring: one rule for a look's alpha)."""
+    m = c.metric
+    d0 = Decision(c.row, m, "not compared", c.diff, None, None, 0.0, c.n, None, c.n, c.se, c.df, design.cap,
+                  c.span, c.flag, against=c.against, share=share, look_seeds=c.n, why=c.why)  # fmt: skip
+    if c.why:
+        return d0
+    if c.stands is not None:
+        return _as_recorded(d0, c.stands, c.stands.alpha)
+    used, plan = 0.0, 0
+    for lk in c.earlier:  # each earlier look spends at the plan it had; one that kept its figures is tested
+        plan = max(plan, lk.planned)
+        now = max(used, spent(share, lk.seeds / plan))
+        if lk.state is not None and lk.seeds < c.n:
+            state, _, _ = _decided(lk.diff, lk.se, lk.df, now - used, m, c.negligible)
+            if state in ("better", "worse"):  # its share grew since (Holm): that look decides it now
+                return _as_recorded(d0, replace(lk, state=state), now - used)
+        used, plan = now, max(plan, lk.needed or 0)
+    if c.this is not None:
+        plan = max(plan, c.this.planned)
+    elif not plan:
+        plan = _first_plan(c, share, design)
+    a = share - used if c.n >= plan else max(spent(share, c.n / plan) - used, 0.0)
+    figs = (
+        (c.this.diff, c.this.se, c.this.df) if c.this is not None and c.this.state else (c.diff, c.se, c.df)
+    )
+    state, lo, hi = _decided(*figs, a, m, c.negligible)
+    d = replace(d0, state=state, lo=lo, hi=hi, alpha=a, planned=plan, look_diff=figs[0], look_se=figs[1],
+                look_df=figs[2],
+                recorded=c.this is not None and c.this.state is not None)  # fmt: skip
+    if state != "undecided":
+        return d
+    needed, next_alpha = _needed(c, share, plan, used + a, design)
+    return replace(d, needed=needed, next_alpha=next_alpha)
+
+
+def _as_recorded(d0: Decision, lk: Look, alpha: float) -> Decision:
+    """The decision a look made, as it recorded its figures, at `alpha`."""
+    half = t_quantile(1 - alpha / 2, lk.df) * lk.se if alpha > 0 else math.inf
+    figs = {"look_diff": lk.diff, "look_se": lk.se, "look_df": lk.df, "look_seeds": lk.seeds}
+    return replace(d0, state=lk.state, lo=lk.diff - half, hi=lk.diff + half, alpha=alpha, planned=lk.planned,
+                   recorded=True, **figs)  # fmt: skip
+
+
+def _level(share: float, n: np.ndarray, plan: int, used: float) -> np.ndarray:
+    """The alpha a look at n seeds a side tests at, after `used`: a(min(1, n / max(plan, n))) less used, all
+    that is left at n >= plan."""
+    return np.where(n >= plan, share - used, spent(share, np.minimum(1.0, n / plan)) - used)
+
+
+def _reaches(c: _Cmp, n: np.ndarray, level: np.ndarray, design: Design) -> np.ndarray:
+    """Whether a look at n seeds a side, at `level`, decides the observed difference with the design's
+    power: its sign where it is at least negligible, else its equivalence (TOST's one-sided test)."""
+    effect = abs(c.diff)
+    ok = level > 0
+    lv = np.where(ok, level, 0.5)
+    df = 2 * n - 2 + c.other_df
+    if effect >= c.negligible:
+        p = power(c.sd, effect, lv, n, df) if effect > 0 else np.zeros(n.shape)
+    else:
+        p = power(c.sd, c.negligible - effect, lv, n, df, one_sided=True)
+    return ok & (p >= design.power)
+
+
+def _first_plan(c: _Cmp, share: float, design: Design) -> int:
+    """P of a first look: the fewest N (more than it has) whose look at N, with all this look leaves,
+    reaches the power; the cap where none does."""
+    n = np.arange(c.n + 1, design.cap + 1)
+    if not n.size:
+        return max(c.n, design.cap)
+    ok = np.nonzero(_reaches(c, n, share - spent(share, c.n / n), design))[0]
+    return int(n[ok[0]]) if ok.size else design.cap
+
+
+def _needed(c: _Cmp, share: float, plan: int, used: float, design: Design) -> tuple[int | None, float | None]:
+    """The fewest seeds a side whose next look, at the alpha the rule gives it, reaches the power."""
+    n = np.arange(c.n + 1, design.cap + 1)
+    level = _level(share, n, plan, used)
+    ok = np.nonzero(_reaches(c, n, level, design))[0]
+    return (int(n[ok[0]]), float(level[ok[0]])) if ok.size else (None, None)
+
+
+def _flags(values: Values) -> dict[str, str]:
     """Each row whose spread is far from the other rows' pooled spread (spread_p below FLAG_P), in words."""
     own = {
         r: (float(np.var(list(v.values()), ddof=1)) * (len(v) - 1), len(v) - 1)
@@ -311,69 +604,11 @@ def _flags(values: Mapping[str, Mapping[int, float]]) -> dict[str, str]:
     return out
 
 
-def _one(design: Design, row: str, base: Mapping[int, float], mine: Mapping[int, float], pool) -> Decision:
-    m, alpha, cap = design.metric, design.alpha, design.cap
-    n = min(len(base), len(mine))
-    if n == 0 or pool is None or pool.sd <= 0:
-        return Decision(row, m, "not compared", None, None, None, alpha, n, None, n, cap=cap)
-    negligible = m.negligible if design.negligible is None else design.negligible
-    diff = float(np.mean(list(mine.values())) - np.mean(list(base.values())))
-    se = pool.sd * math.sqrt(1 / len(mine) + 1 / len(base))
-    other_df = pool.df - max(len(mine) - 1, 0) - max(len(base) - 1, 0)  # rows the command does not train
-    before = [lk for lk in design.looks if (lk.preset, lk.row, lk.metric) == (design.preset, row, m.name)]
-    if (made := _made(before, n)) is not None:
-        return _as_recorded(made, row, m, cap)
-    this = [lk for lk in before if lk.seeds == n]  # a look at these seeds: this one, read again
-    used = sum(lk.alpha for lk in before if lk.seeds != n)
-
-    def plan(left: float) -> int | None:
-        return seeds_for(pool.sd, abs(diff), negligible, left, design.power, cap, other_df)
-
-    if before:  # the largest plan of any look sets the information fraction (a smaller spends faster)
-        planned = max(lk.planned for lk in before)
-    else:  # a first look: it leaves alpha for one more at least
-        planned = max(n + 1, plan(alpha - spent(alpha, n / cap)) or cap)
-    if this:
-        a = this[0].alpha
-    else:
-        a = (alpha - used) if n >= planned else max(spent(alpha, n / planned) - used, 0.0)
-    d = Decision(row, m, "undecided", diff, diff, diff, a, n, None, planned, se, pool.df, cap)
-    if a <= 0:
-        return replace(d, lo=-math.inf, hi=math.inf)
-    lo, hi = d.interval(a)
-    if lo > 0 or hi < 0:
-        state = "better" if (lo > 0) == m.higher_is_better else "worse"
-    elif -negligible < (eq := d.interval(2 * a))[0] and eq[1] < negligible:
-        state = "negligible"
-    else:
-        state = "undecided"
-    needed = None
-    if state == "undecided" and (found := plan(alpha - used - a)) is not None:
-        needed = max(found, n + 1)
-    return replace(d, state=state, lo=lo, hi=hi, needed=needed)
-
-
-def _made(before: Sequence[Look], n: int) -> Look | None:
-    """The look whose verdict stands: the first that decided the row (a sequential test stops there: later
-    seeds and a pooled variance that moved with other rows reopen nothing), else the look at these seeds,
-    where it kept what it concluded."""
-    kept = [lk for lk in before if lk.state is not None]
-    decided = sorted((lk for lk in kept if lk.state != "undecided"), key=lambda lk: lk.seeds)
-    return decided[0] if decided else next((lk for lk in kept if lk.seeds == n), None)
-
-
-def _as_recorded(lk: Look, row: str, m: Metric, cap: int) -> Decision:
-    d = Decision(row, m, lk.state, lk.diff, None, None, lk.alpha, lk.seeds, lk.needed, lk.planned, lk.se,
-                 lk.df, cap, recorded=True)  # fmt: skip
-    lo, hi = d.interval(lk.alpha) if lk.alpha > 0 else (-math.inf, math.inf)
-    return replace(d, lo=lo, hi=hi)
-
-
-def _cost(coll: Collection, d: Decision) -> float | None:
-    """The wall time of the runs that bring the row and base to `needed` seeds, at the mean wall time of
-    each one's finished records (on the machines they ran on)."""
+def _cost(coll: Collection, d: Decision, reference: str) -> float | None:
+    """The wall time of the runs that bring the row and the reference to `needed` seeds, at the mean wall
+    time of each one's finished records (on the machines they ran on)."""
     total = 0.0
-    for row in (d.row, "base"):
+    for row in (d.row, reference):
         runs = coll.finished(row)
         walls = [float(r.rec["wall_time_s"]) for r in runs.values() if r.rec.get("wall_time_s")]
         if not walls:
@@ -382,29 +617,16 @@ def _cost(coll: Collection, d: Decision) -> float | None:
     return total
 
 
-def seeds_for(
-    sd: float, effect: float, negligible: float, alpha: float, power_: float, cap: int, extra_df: int = 0
-) -> int | None:
-    """Seeds per side that decide a difference of `effect` with `power_` at the alpha left for the final
-    look: its sign where it is at least `negligible`, else its equivalence (TOST's one-sided test at
-    negligible - effect)."""
-    if alpha <= 0:
-        return None
-    if effect >= negligible:
-        return seeds_needed(sd, effect, alpha, power_, cap, extra_df=extra_df)
-    return seeds_needed(sd, negligible - effect, alpha, power_, cap, one_sided=True, extra_df=extra_df)
-
-
 # ------------------------------------------------------------------------------------------------------------
 # The command that decides
 
 
 @dataclass(frozen=True)
 class Next:
-    """What the decide command trains (its rows, base first, to `seeds` a side), why, and its looks."""
+    """What the decide command trains (each row's seeds a side to reach, the reference's the most any
+    comparison asks), why, and its looks."""
 
-    rows: list[str]
-    seeds: int
+    seeds: dict[str, int]
     why: str
     looks: list[Look] = field(default_factory=list)
 
@@ -414,23 +636,27 @@ def next_seeds(
     preset: str,
     have: Mapping[str, int],
     only: Sequence[str] | None = None,
-    reference: str = "base",
+    reference: str = REFERENCE,
 ) -> Next | None:
-    """The rows (of `only`, where given) and the seeds a side that decide the undecided rows, or that
-    compare the rows not compared yet (a second seed of base and of each of them); `have` is each row's
-    finished seeds. None: nothing more seeds would decide. The look is at every row compared, decided or
-    not: the report shows them all, so all were seen, and a decided row's look keeps its alpha when other
-    rows' seeds change the pooled variance."""
-    mine = [d for d in decisions if only is None or d.row in only]
+    """The seeds a side each row (of `only`, where given) and the reference need: for an undecided row the
+    seeds its decision asks for, for a row not compared two (where seeds are what it lacks); `have` is each
+    row's finished seeds. None: nothing more seeds would decide. The look is at every comparison made,
+    decided or not: the report shows them all, so all were seen."""
+    mine = [d for d in decisions if d.against == reference and (only is None or d.row in only)]
     looks = looks_made(decisions, preset)
+    need: dict[str, int] = {}
     undecided = [d for d in mine if d.state == "undecided" and d.needed]
-    if undecided:
-        rows = list(dict.fromkeys(d.row for d in undecided))
-        n = max(d.needed for d in undecided)  # a Hydra sweep is a product: rows that need fewer get n too
-        return Next([reference, *rows], n, f"{n} seeds a side decide {', '.join(rows)}", looks)
-    apart = list(dict.fromkeys(d.row for d in mine if d.state == "not compared"))
+    for d in undecided:
+        need[d.row] = max(need.get(d.row, 0), d.needed)
+    if need:
+        need = {reference: max(need.values())} | need
+        rows = ", ".join(f"{r} {n}" for r, n in need.items())
+        return Next(need, f"seeds a side that decide them: {rows}", looks)
+    short = [d for d in mine if d.state == "not compared" and "seed" in d.why and "variance:" not in d.why]
+    apart = list(dict.fromkeys(d.row for d in short))
     if not apart:
-        return None
+        unseen = {d.why for d in mine if d.state == "not compared"}
+        return Next({}, "; ".join(sorted(unseen)), looks) if unseen else None
     thin = [r for r in [reference, *apart] if have.get(r, 0) < 2]
     lacking = [r for r in [reference, *apart] if have.get(r, 0) == 0]
     reason = (
@@ -439,19 +665,31 @@ def next_seeds(
         else "no row has two seeds, so the seed variance is unknown"
     )
     why = f"not compared: {', '.join(apart)} ({reason}); this brings to two seeds: {', '.join(thin)}"
-    return Next([reference, *apart], 2, why, looks)
+    return Next({r: 2 for r in thin}, why, looks)
 
 
 def looks_made(decisions: Sequence[Decision], preset: str) -> list[Look]:
-    """The look at every row compared, with what it concluded (a look already recorded is not made again)."""
+    """The look at every comparison made, with what it concluded (a look already recorded is not made
+    again: a decided comparison's recorded look, or the look at these seeds)."""
     ok = [d for d in decisions if d.state != "not compared" and d.alpha > 0 and not d.recorded]
-    return [_look(preset, d) for d in ok]
+    return [_look(preset, d) for d in ok if d.look_seeds == d.seeds]
 
 
 def _look(preset: str, d: Decision) -> Look:
     """The look a decision makes, with what it concluded."""
     made = {"state": d.state, "diff": d.diff, "se": d.se, "df": d.df, "needed": d.needed}
-    return Look(preset, d.row, d.metric.name, d.seeds, d.needed or d.planned, d.alpha, **made)
+    return Look(preset, d.row, d.metric.name, d.seeds, d.planned, d.alpha, **made, against=d.against)
+
+
+def _to_add(have: Iterable[int], target: int) -> list[int]:
+    """The seeds that bring a row holding `have` to `target`: the smallest numbers it lacks (so rows and the
+    reference share seed numbers: pairs)."""
+    have, out, s = set(have), [], 1
+    while len(have) + len(out) < target:
+        if s not in have:
+            out.append(s)
+        s += 1
+    return out
 
 
 def decide_command(
@@ -459,22 +697,67 @@ def decide_command(
     decisions: list[Decision],
     overrides: list[str],
     only: Sequence[str] | None = None,
-    reference: str = "base",
+    reference: str = REFERENCE,
 ) -> tuple[str, list[Look], str] | None:
-    """The one `python -m ablate.run` that trains what `next_seeds` asks (the sweep skips the seeds already
-    finished; the same seeds for every row: pairs), the looks it makes and why, or None."""
+    """The `python -m ablate.run` commands that train exactly the seeds `next_seeds` asks of each row, one
+    command a distinct list of seeds (a Hydra sweep is a product of rows and seeds), the looks they make, and
+    why with what they cost: the plan's estimate of each of those runs (ablate.jobs.plan); or None."""
     have = {row: len(coll.finished(row)) for row in coll.runs}
     nxt = next_seeds(decisions, coll.scale or "", have, only, reference)
     if nxt is None:
         return None
-    order = list(coll.runs)
-    rows = sorted(set(nxt.rows) - {reference}, key=lambda r: order.index(r) if r in order else len(order))
-    seeds = sorted({s for row in [reference, *rows] for s in coll.finished(row)})
-    while len(seeds) < nxt.seeds:
-        seeds.append(max(seeds, default=0) + 1)
-    cmd = [
-        "python -m ablate.run -m",
-        f"model={','.join([reference, *rows])}",
-        f"seed={','.join(map(str, seeds))}",
+    if not nxt.seeds:
+        return "", nxt.looks, f"nothing to train: {nxt.why}"
+    order = [reference, *coll.runs]
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for row in sorted(nxt.seeds, key=lambda r: order.index(r) if r in order else len(order)):
+        add = tuple(_to_add(coll.finished(row), nxt.seeds[row]))
+        if add:
+            groups.setdefault(add, []).append(row)
+    cmds = [
+        " ".join(
+            [f"python -m ablate.run -m model={','.join(rows)} seed={','.join(map(str, seeds))}", *overrides]
+        )
+        for seeds, rows in sorted(groups.items(), key=lambda g: (-len(g[0]), g[0]))
     ]
-    return " ".join([*cmd, *overrides]), nxt.looks, nxt.why
+    runs = [(row, s) for seeds, rows in groups.items() for row in rows for s in seeds]
+    cost = _plan_cost(coll, runs, overrides)
+    return "\n".join(cmds), nxt.looks, f"{nxt.why}; {len(runs)} runs in {len(cmds)} command(s):\n{cost}"
+
+
+def _plan_cost(coll: Collection, runs: list[tuple[str, int]], overrides: list[str]) -> str:
+    """The plan's closing line for exactly `runs` (row, seed), one at a time: each run's estimate as `--plan`
+    makes it (ablate.jobs.plan.run_estimate, from the row's own record's config at that seed), and the one
+    calibration command that gives the runs of unknown time one."""
+    from ablate.jobs import plan
+
+    outcomes = []
+    for row, seed in runs:
+        o = {"status": plan.TO_TRAIN, "estimate_s": None}
+        try:
+            cfg = _config(coll, row, seed, overrides)
+            o["estimate_s"] = plan.run_estimate(cfg).seconds
+            if o["estimate_s"] is None:
+                o["calibration"] = plan.calibration(cfg, [*overrides, f"model={row}", f"seed={seed}"])
+        except Exception:  # noqa: BLE001 - a record whose config no longer reads: its time is unknown
+            pass
+        outcomes.append(o)
+    text, _ = plan.summary(outcomes, parallel=1, how="the runs one after another; `--plan` on each command "
+                           "gives its wall time at its launcher's parallelism")  # fmt: skip
+    return text.replace("\n[plan] ", "\n").removeprefix("[plan] ")
+
+
+def _config(coll: Collection, row: str, seed: int, overrides: Sequence[str] = ()):
+    """The config a printed command's run of `row` at `seed` would have: its own newest record's (else the
+    template's), at this seed, into this results folder, with the threads the command gives (a record's
+    threads are not part of its identity, so the printed command does not repeat them)."""
+    from ablate.config.schema import RunConfig, to_dataclass
+
+    if not coll.runs.get(row):
+        raise ValueError(f"{row}: no record to take its config from")
+    cfg = to_dataclass(list(coll.runs[row].values())[-1].rec["config"])
+    given = dict(o.split("=", 1) for o in overrides if o.startswith("trainer.threads="))
+    threads = given.get("trainer.threads")
+    cfg.trainer.threads = RunConfig().trainer.threads if threads in (None, "null") else int(threads)
+    cfg.seed, cfg.results_dir = seed, str(coll.results_dir)
+    return cfg

@@ -153,7 +153,7 @@ def forest(an: Analysis, out_dir: Path, metric: str = "bleu") -> dict[str, Path]
     for yi, rr in zip(y, rows, strict=True):
         c = rr.cmp[metric]
         iv = c.interval
-        color = "tab:blue" if c.excludes_zero else "tab:gray"
+        color = "tab:blue" if c.verdict in ("better", "worse") else "tab:gray"  # the planner's decision
         if iv is not None:
             ax.plot([iv[0], iv[1]], [yi, yi], color=color, lw=2)
         ax.plot(

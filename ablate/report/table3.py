@@ -526,8 +526,8 @@ def table_note(an: Analysis) -> str:
         f"{ref}, as in the paper. Δ {ref} = this row's mean minus our {ref}'s mean over the same seeds (all "
         f"of {ref}'s seeds when the row has seeds {ref} lacks); paper Δ = the paper's row minus the paper's "
         f"{ref} (PPL is per wordpiece under each run's own vocabulary, so only directions compare across "
-        f"vocabularies). A value is bold only when it beats {ref} over at least two seeds per side with "
-        "both the seed-level t interval and the bootstrap interval excluding zero. "
+        f"vocabularies). A value is bold when the planner decides it better than {ref} (the Decisions "
+        "below: family-wise error 0.05 over the table). "
         "† = stale record (see below)."
     )
 
@@ -668,10 +668,12 @@ def _decisions(lines: list[str] | None, reference: str) -> list[str]:
         f"Each row against {reference}, per metric (docs/planner.md): the Δ of the means with its 95% "
         "interval, "
         "both intervals by the t on the seed variance pooled over the rows (its degrees of freedom given); "
-        "the decision at this look's alpha (Lan-DeMets O'Brien-Fleming spending over the looks of "
-        "looks.jsonl; negligible = TOST within the metric's delta); an undecided row gives the smallest Δ "
-        "this look could decide and the seeds a side that would decide it, for power 0.8. "
-        "`python -m ablate.report --decide-command` prints the run that trains them.",
+        "the decision at its look's alpha, the family-wise error held at 0.05 over every comparison of the "
+        "table by Holm's procedure over group-sequential tests (Maurer & Bretz 2013: each comparison's "
+        "share of alpha spent over its looks of looks.jsonl by the Lan-DeMets O'Brien-Fleming function; "
+        "negligible = TOST within the metric's delta); an undecided row gives the smallest Δ this look "
+        "could decide and the seeds a side that would decide it, for power 0.8. "
+        "`python -m ablate.report --decide-command` prints the runs that train them.",
         "",
     ]
     return head + [f"- {line}" for line in lines] + [""]
