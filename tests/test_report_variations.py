@@ -89,7 +89,7 @@ def test_a_researchers_task_gets_the_full_variations_report(digits):
     half = scipy.stats.t.ppf(0.975, 4) * sd * math.sqrt(2 / 3)
     assert diff - half < 0 < diff + half, (diff, half)
     decision = next(ln for ln in text.splitlines() if ln.startswith("- wide CER: "))
-    assert decision.startswith(f"- wide CER: undecided, {diff:+.2f}, "), decision
+    assert decision.startswith(f"- wide CER: undecided; Δ of the means {diff:+.2f}, "), decision
     claim = next(ln for ln in text.splitlines() if ln.startswith("- (W) **"))
     assert claim.startswith("- (W) **undecided**"), claim
     assert "### CER (dev): difference to our base" in text and "CER: the summed edit distance" in text
