@@ -8,7 +8,19 @@
 
    Prints one line a record and the median and worst relative error by basis.
 
-2. On rows never run: each row of a list (Table 3's rows of other sizes, a researcher's GRU at two widths)
+2. On rows never run, from the records already made: each record estimated from the records of the other
+   rows alone, on its machine (the scaled basis: by the cost of a step, and by parameters beside it).
+
+       python benchmarks/plan_estimates.py --leave-row-out reports/table3_multi30k/runs
+
+3. The weight of an element written beside a multiply-accumulate (ablate.jobs.estimate.ELEMENT_MACS): one
+   forward, backward and Adam step of each row of FIT_ROWS at the cpu preset, timed in CPU seconds (the
+   median of five, after one), beside its count; the least-squares weight (relative errors), and each
+   row's error estimated from base's step alone, by the cost and by multiply-accumulates alone.
+
+       python benchmarks/plan_estimates.py --fit
+
+4. On rows never run: each row of a list (Table 3's rows of other sizes, a researcher's GRU at two widths)
    estimated from one calibration of base alone, as the plan estimates a row it has no record of, and
    then trained for its wall time. Each calibration runs beside its row, at the same time (one thread
    each): on a machine shared with other work the two see the same load, so the error is the estimate's,
@@ -23,6 +35,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -71,6 +84,104 @@ def leave_one_out(folder: str) -> None:
             print(f"{basis}: {len(e)} records, {what}: median |error| {median:.1%}, worst {worst:.1%}")
 
 
+def leave_row_out(folder: str) -> None:
+    """Each record estimated from the records of the other rows alone (none of its own row, on any
+    machine): the scaled basis, by the cost of a step and, beside it, by parameters."""
+    from ablate.jobs.plan import record_cost
+
+    records, _ = find_records(Path(folder))
+    by = {"cost": {}, "parameters": {}}
+    for rec in records:
+        if (t := timing(rec, functools.partial(record_cost, rec))) is not None:
+            by["cost"][rec["run_id"]] = (rec, t)
+            by["parameters"][rec["run_id"]] = (rec, dataclasses.replace(t, cost=float(rec["params"])))
+    errors: dict[str, dict[str, list[float]]] = {}
+    for what, timings in by.items():
+        for rec, t in timings.values():
+            others = [o for _, o in timings.values() if o.row != t.row]
+            est = estimate(t.row, t.preset, t.machine, int(rec["steps"]), t.cost, others)
+            if est.basis == "scaled":
+                e = errors.setdefault(what, {"wall": [], "train": []})
+                e["wall"].append(est.seconds / float(rec["wall_time_s"]) - 1)
+                e["train"].append(est.train_s / float(rec["train_time_s"]) - 1)
+                if what == "cost":
+                    print(f"{rec['run_id']:28s} wall {e['wall'][-1]:+7.1%}  {t.machine}")
+    for what, e in errors.items():
+        for part, errs in e.items():
+            a = [abs(x) for x in errs]
+            print(f"by {what}: {len(a)} records, {part} time: median |error| {statistics.median(a):.1%}, "
+                  f"worst {max(a):.1%}")  # fmt: skip
+
+
+FIT_ROWS = [
+    "base", "A1", "A3", "A4", "B1", "C1", "C3", "C4", "C5", "C6", "C7", "E", "big", "gru", "gru_noattn",
+    "gru +model.args.d_model=512", "gru +model.args.layers=4",
+]  # fmt: skip
+
+
+def fit() -> None:
+    import numpy as np
+
+    from ablate.jobs.estimate import ELEMENT_MACS
+
+    names, counts, seconds = [], [], []
+    for spec in FIT_ROWS:
+        row, *more = spec.split()
+        cfg = _composed([f"model={row}", "recipe=cpu", "scale=cpu", *more, *USER])
+        c, s = _step(cfg)
+        names.append(spec), counts.append((c.macs, c.elements)), seconds.append(s)
+        print(f"{spec:30s} {c.macs / 1e9:7.2f} GMAC  {c.elements / 1e6:7.1f} M elements  {s:.3f} s")
+    x, t = np.array(counts), np.array(seconds)
+    (a, b), *_ = np.linalg.lstsq(x / t[:, None], np.ones(len(t)), rcond=None)
+    print(f"least squares: {a * 1e12:.1f} ps a MAC, {b * 1e9:.2f} ns an element: weight {b / a:.0f}")
+    base = names.index("base")
+    for what, cost in (("cost", x[:, 0] + ELEMENT_MACS * x[:, 1]), ("MACs alone", x[:, 0])):
+        err = cost * (t[base] / cost[base]) / t - 1
+        short = [n.replace(" +model.args.", " ") for n in names]
+        each = ", ".join(f"{n} {e:+.0%}" for n, e in zip(short, err, strict=True))
+        print(f"from base, by {what}: median |error| {np.median(abs(err)):.1%}, worst {abs(err).max():.1%}")
+        print(f"    {each}")
+
+
+def _composed(overrides: list[str]):
+    """The run config of `overrides` as a command composes it (Hydra's compose, the sweep's member)."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from ablate.config import register_configs
+    from ablate.jobs.sweep import member_config
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        return member_config(compose("config", overrides), overrides, None)
+
+
+def _step(cfg) -> tuple:
+    """(the count of one step of the run's model, its CPU seconds: one thread, the median of 5 after 1)."""
+    import time
+
+    import torch
+
+    from ablate.config import build_model
+    from ablate.jobs.plan import step_count
+
+    torch.set_num_threads(1)
+    sys.path.insert(0, str(ROOT / "tests" / "user_model"))
+    model, vocab = build_model(cfg, cfg.data.vocab_size), cfg.data.vocab_size
+    adam = torch.optim.Adam(model.parameters())
+    batch = torch.randint(4, vocab, (cfg.train.max_tokens // 32, 32))
+    times = []
+    for _ in range(6):
+        start = time.process_time()
+        adam.zero_grad()
+        logits = model.logits(model(batch, batch)).flatten(0, -2)
+        torch.nn.functional.cross_entropy(logits, batch.flatten(), label_smoothing=0.1).backward()
+        adam.step()
+        times.append(time.process_time() - start)
+    return step_count(cfg), statistics.median(times[1:])
+
+
 def _outside(est, t, others) -> float:
     """The part of an estimate outside training (the median over the records it came from, each x its
     machine's speed ratio for a ratio estimate)."""
@@ -117,6 +228,8 @@ def _train(overrides: list[str], results: Path) -> tuple[Path, subprocess.Popen]
 
 def _compare(out: Path) -> None:
     from ablate.config import to_dataclass
+
+    sys.path.insert(0, str(ROOT / "tests" / "user_model"))  # the GRU's module, as its runs had it
     from ablate.jobs.plan import run_estimate
 
     walls, trains = [], []
@@ -155,5 +268,9 @@ def _read(path: Path) -> dict:
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--never-run":
         never_run(sys.argv[2])
+    elif sys.argv[1:] == ["--fit"]:
+        fit()
+    elif len(sys.argv) > 2 and sys.argv[1] == "--leave-row-out":
+        leave_row_out(sys.argv[2])
     else:
         leave_one_out(sys.argv[1] if len(sys.argv) > 1 else "reports/table3_multi30k/runs")

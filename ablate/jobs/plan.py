@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -302,7 +303,10 @@ def step_macs(cfg: RunConfig) -> float:
     counted (`step_count`)."""
     if cfg.model.arch == DEFAULT_ARCH:
         return transformer_macs(effective_model(cfg, cfg.data.vocab_size), step_tokens(cfg))
-    return step_count(cfg).macs
+    try:
+        return step_count(cfg).macs
+    except Exception:  # noqa: BLE001 - a model that cannot be counted ranks last
+        return math.inf
 
 
 def step_count(cfg: RunConfig) -> Count:
@@ -314,8 +318,13 @@ def step_count(cfg: RunConfig) -> Count:
     return _counted(fields, lambda: build_model(cfg, cfg.data.vocab_size), step_tokens(cfg))
 
 
-def _step_cost(cfg: RunConfig) -> float:
-    return step_count(cfg).cost
+def _step_cost(cfg: RunConfig) -> float | None:
+    """The run's cost a step, None where its model cannot be counted on the meta device (a model whose
+    construction or forward reads its tensors' values): its estimate then takes a calibration."""
+    try:
+        return step_count(cfg).cost
+    except Exception:  # noqa: BLE001 - a researcher's code may raise anything; the plan goes on
+        return None
 
 
 def _transformer_count(model: TransformerConfig, tokens: int) -> Count:
