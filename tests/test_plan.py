@@ -540,7 +540,7 @@ def test_a_rows_cost_is_counted_only_where_no_record_of_it_gives_its_time():
     """Measured and ratio estimates never count a step (a plan of rows already run imports no torch);
     a row run nowhere is this machine's seconds per unit of cost (the median over its records of any
     architecture) x its own cost a step."""
-    from ablate.jobs.estimate import Timing, estimate
+    from ablate.jobs.estimate import Estimate, Timing, estimate
 
     def uncountable():
         raise AssertionError("counted")
@@ -560,6 +560,8 @@ def test_a_rows_cost_is_counted_only_where_no_record_of_it_gives_its_time():
     gru = estimate("gru", "p", HERE, 100, lambda: 200.0, here)
     assert gru.basis == "scaled" and gru.detail == "2 record(s) of base, conv, by the cost of a step"
     assert gru.seconds == pytest.approx(0.275e-3 * 200 * 100 + 6.0) and gru.train_s == pytest.approx(5.5)
+    # a model the meta device cannot count (plan._step_cost: None): no number, the calibration gives one
+    assert estimate("odd", "p", HERE, 100, lambda: None, here, "cmd") == Estimate(None, "unknown", "cmd")
 
 
 def test_the_plan_line_names_label_smoothing_and_a_criterion_of_its_own(tmp_path):
