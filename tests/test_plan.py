@@ -650,3 +650,21 @@ def test_a_calibration_record_cut_short_is_named_and_the_calibration_runs_again(
     p = _run(tmp_path, "-m", "model=base", "seed=2", "--plan")
     assert "(measured: 1 record of base)" in _plan_lines(p.stdout)[("base", 2)]
     assert "unreadable" not in p.stdout  # the cut record's folder is set aside, beside the new one
+
+
+def test_a_rows_records_of_another_model_are_not_its_own():
+    """`model=gru +model.args.d_model=512` is the row gru of another model: gru's record (d_model 64) is
+    not its own, and scales by the cost of a step; the same model (whatever its corpus's vocabulary) is
+    measured; a record or a job that does not say its model counts as the row's."""
+    from ablate.jobs.estimate import Timing, estimate, model_key
+
+    narrow = model_key({"d_model": 64, "layers": 1, "vocab_size": 500})
+    wide = model_key({"d_model": 512, "layers": 1, "vocab_size": 500})
+    assert narrow == model_key({"d_model": 64, "layers": 1, "vocab_size": 480}) != wide
+    timings = [Timing("gru", "p", HERE, 0.1, 5.0, lambda: 100.0, narrow)]
+    scaled = estimate("gru", "p", HERE, 10, lambda: 800.0, timings, model=wide)
+    assert scaled.basis == "scaled" and scaled.seconds == pytest.approx(0.1 / 100 * 800 * 10 + 5.0)
+    assert estimate("gru", "p", HERE, 10, 800.0, timings, model=narrow).basis == "measured"
+    assert estimate("gru", "p", HERE, 10, 800.0, timings).basis == "measured"
+    unsaid = [Timing("gru", "p", HERE, 0.1, 5.0, 100.0)]
+    assert estimate("gru", "p", HERE, 10, 800.0, unsaid, model=wide).basis == "measured"

@@ -3,10 +3,11 @@ estimate naming its basis (as a batch scheduler predicts a job from the same use
 et al. 2007). A record's speed is its training seconds a step; its time outside training (setup, dev
 passes, the final decode) is its wall time less its training time. Records count within one preset:
 
-- measured: records of the same row on this CPU and device: their seconds a step (the median over them)
-  x the steps the run has left, plus their time outside training (the median);
-- ratio: records of the same row made on other machines, each machine's times x its speed ratio to this
-  one: the median over the rows both machines ran of (this machine's seconds a step / that machine's).
+- measured: records of the same row and model (`model_key`) on this CPU and device: their seconds a step
+  (the median over them) x the steps the run has left, plus their time outside training (the median);
+- ratio: records of the same row and model made on other machines, each machine's times x its speed
+  ratio to this one: the median over the rows both machines ran of (this machine's seconds a step / that
+  machine's).
   One short calibration here (`calibration_row`: a row the other machines ran, a few dozen steps) gives
   the ratio to every machine that ran its row, and with it every row those machines ran;
 - scaled: records of other rows on this machine, of any architecture: this machine's seconds a step per
@@ -18,12 +19,13 @@ passes, the final decode) is its wall time less its training time. Records count
   is a third to a half of its time, and it grows with other keys than the matrix products do (h, the
   vocabulary, a recurrence's steps);
 - budget: a run with `train.budget_minutes` trains for its budget, however many steps that is;
-- unknown: no record of the preset on this machine and none of the row elsewhere: never a made-up number;
-  the plan prints the one calibration command that gives one.
+- unknown: no record of the preset on this machine and none of the row elsewhere, or a model that cannot
+  be counted: never a made-up number; the plan prints the one calibration command that gives one.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
 from collections.abc import Callable, Iterable
@@ -72,6 +74,16 @@ class Timing:
     outside_s: float  # wall time less training time
     # its model's cost a step (`count`), or what counts it where asked: most estimates never need it
     cost: float | Callable[[], float | None]
+    model: str = ""  # its model's config as recorded (`model_key`); "": not recorded
+
+
+def model_key(model: dict[str, Any] | None) -> str:
+    """A model's config (a record's `model_effective`) as the estimates compare it: less its vocabulary,
+    which a prepared corpus gives (a row's records are of its model only where its command line changed
+    none of it)."""
+    if not model:
+        return ""
+    return json.dumps({k: v for k, v in model.items() if k != "vocab_size"}, sort_keys=True)
 
 
 def timing(rec: dict[str, Any], cost: float | Callable[[], float | None]) -> Timing | None:
@@ -83,7 +95,9 @@ def timing(rec: dict[str, Any], cost: float | Callable[[], float | None]) -> Tim
     cfg = rec.get("config") or {}
     preset = preset_key(cfg.get("recipe"), str((cfg.get("scale") or {}).get("name")))
     machine = f"{(rec.get('machine') or {}).get('cpu', '?')}; {rec.get('device', '?')}"
-    return Timing(str(rec.get("row")), preset, machine, train / steps, max(0.0, wall - train), cost)
+    outside = max(0.0, wall - train)
+    model = model_key(rec.get("model_effective"))
+    return Timing(str(rec.get("row")), preset, machine, train / steps, outside, cost, model)
 
 
 def transformer_macs(m: Any, tokens: int, length: int = SENTENCE) -> float:
@@ -152,17 +166,19 @@ def estimate(
     cost: float | Callable[[], float],
     timings: Iterable[Timing],
     command: str = "",
+    model: str = "",
 ) -> Estimate:
-    """The wall time of `steps_left` steps of `row` (of `cost` a step, `count`) under `preset` on
-    `machine`, from the timings of the preset's records (module docstring); `command`, where given, is
-    what an unknown estimate names."""
+    """The wall time of `steps_left` steps of `row` (of `cost` a step, `count`; its model `model`,
+    `model_key`) under `preset` on `machine`, from the timings of the preset's records (module docstring):
+    a record of the row counts as its own where it is of the same model (or either does not say);
+    `command`, where given, is what an unknown estimate names."""
     pool = [t for t in timings if t.preset == preset]
     here = [t for t in pool if t.machine == machine]
-    same = [t for t in here if t.row == row]
+    same = [t for t in here if _own(t, row, model)]
     if same:
         return _from(same, {machine: 1.0}, steps_left, "measured", _records(same, row))
     ratios = speed_ratios(pool, machine)
-    there = [t for t in pool if t.row == row and t.machine in ratios]
+    there = [t for t in pool if _own(t, row, model) and t.machine in ratios]
     if there:
         return _from(there, ratios, steps_left, "ratio", _ratio_detail(there, ratios, row, here))
     counted = [(t, c) for t in here if (c := _value(t.cost))]
@@ -174,6 +190,10 @@ def estimate(
         train = per_cost * mine * steps_left
         return Estimate(train + outside, "scaled", f"{what}, by the cost of a step", train)
     return Estimate(None, "unknown", command)
+
+
+def _own(t: Timing, row: str, model: str) -> bool:
+    return t.row == row and (not model or not t.model or t.model == model)
 
 
 def _value(cost: float | Callable[[], float | None]) -> float | None:

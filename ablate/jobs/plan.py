@@ -25,6 +25,7 @@ from ablate.config import (
     RunConfig,
     build_model,
     effective_model,
+    model_config,
     preset_name,
     row_arch,
     step_tokens,
@@ -197,7 +198,7 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     """This run's wall time on this machine (ablate.jobs.estimate), from the finished records of its
     results folder and of the calibration folder beside it (`<results_dir>.calibration`, where the plan's
     calibration command measures)."""
-    from ablate.jobs.estimate import estimate
+    from ablate.jobs.estimate import estimate, model_key
 
     if cfg.train.budget_minutes is not None:  # it trains for its budget, however many steps that is
         budget = cfg.train.budget_minutes
@@ -207,7 +208,8 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     preset = store.preset_key(cfg.recipe, cfg.scale.name)
     steps = total_steps(cfg) - done_steps
     unknown = "the calibration below gives one"
-    return estimate(cfg.model.name, preset, this_machine(cfg), steps, cost, timings, unknown)
+    model = model_key(asdict(model_config(cfg, cfg.data.vocab_size)))
+    return estimate(cfg.model.name, preset, this_machine(cfg), steps, cost, timings, unknown, model)
 
 
 # A dev PPL at or above this fraction of the unigram model's: the row predicts little beyond how often
