@@ -590,7 +590,8 @@ def _prepared(folder: Path) -> Path:
 def test_a_row_whose_records_sit_at_the_unigram_perplexity_is_said_not_to_learn(tmp_path):
     """The unigram model, add-one over 8 pieces: counts 4: 2, 5: 1, end of sentence: 2 (13 with the ones);
     dev 4 6 </s> at 3/13, 1/13, 3/13: PPL 13 / 9^(1/3) = 6.25. A record at dev PPL 5.7 (>= 0.9 x 6.25) says
-    the row does not learn under its preset; one at 3.0 alone says nothing; another preset's, nothing."""
+    the row does not learn under its preset; one at 3.0 alone says nothing (a calibration's beside it at 9.0
+    is not the row's learning); another preset's, nothing."""
     from ablate.config import RunConfig
     from ablate.jobs.plan import not_learning, unigram_ppl
 
@@ -602,7 +603,8 @@ def test_a_row_whose_records_sit_at_the_unigram_perplexity_is_said_not_to_learn(
     _prepared(tmp_path / "prepared")
     assert unigram_ppl(cfg(tmp_path)) == pytest.approx(13 / 9 ** (1 / 3))
     stalled, learning = tmp_path / "stalled", tmp_path / "learning"
-    for folder, ppls in ((stalled, (5.7, 3.0)), (learning, (3.0,))):
+    calibration = tmp_path / "learning.calibration"  # a calibration's few steps: not the row's learning
+    for folder, ppls in ((stalled, (5.7, 3.0)), (learning, (3.0,)), (calibration, (9.0,))):
         for seed, ppl in enumerate(ppls, 1):
             _record(folder, "A1", seed, HERE, 0.1, 1.0, 100)
             path = folder / "A1" / f"A1-000000000000-s{seed}" / "record.json"

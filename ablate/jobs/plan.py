@@ -138,7 +138,9 @@ def _overrides_text(overrides: list[str]) -> str:
 
 
 _TIMINGS: dict[tuple[str, ...], list[Timing]] = {}
-_DEV_PPL: dict[tuple[str, ...], dict[tuple[str, str], list[float]]] = {}  # by folders: (row, preset): PPLs
+# the dev PPLs of the finished records of a results folder (not its calibrations: a few dozen steps), by
+# folders: {(row, preset, model): PPLs}
+_DEV_PPL: dict[tuple[str, ...], dict[tuple[str, str, str], list[float]]] = {}
 _UNREADABLE: dict[str, None] = {}  # the records an estimate could not read, in the order met (one line each)
 
 
@@ -156,8 +158,9 @@ def _timings(*folders: str) -> list[Timing]:
             for rec in records:
                 if (t := timing(rec, functools.partial(record_cost, rec))) is not None:
                     found.append(t)
-                    if isinstance(ppl := (rec.get("metrics") or {}).get("dev_ppl"), int | float):
-                        ppls.setdefault((t.row, t.preset), []).append(float(ppl))
+                    ppl = (rec.get("metrics") or {}).get("dev_ppl")
+                    if f == Path(folders[0]) and isinstance(ppl, int | float):
+                        ppls.setdefault((t.row, t.preset, t.model), []).append(float(ppl))
         _TIMINGS[folders] = found
     return _TIMINGS[folders]
 
@@ -198,7 +201,7 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     """This run's wall time on this machine (ablate.jobs.estimate), from the finished records of its
     results folder and of the calibration folder beside it (`<results_dir>.calibration`, where the plan's
     calibration command measures)."""
-    from ablate.jobs.estimate import estimate, model_key
+    from ablate.jobs.estimate import estimate
 
     if cfg.train.budget_minutes is not None:  # it trains for its budget, however many steps that is
         budget = cfg.train.budget_minutes
@@ -208,8 +211,14 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     preset = store.preset_key(cfg.recipe, cfg.scale.name)
     steps = total_steps(cfg) - done_steps
     unknown = "the calibration below gives one"
-    model = model_key(asdict(model_config(cfg, cfg.data.vocab_size)))
-    return estimate(cfg.model.name, preset, this_machine(cfg), steps, cost, timings, unknown, model)
+    return estimate(cfg.model.name, preset, this_machine(cfg), steps, cost, timings, unknown, _model_of(cfg))
+
+
+def _model_of(cfg: RunConfig) -> str:
+    """The run's model as its record will say it (ablate.jobs.estimate.model_key)."""
+    from ablate.jobs.estimate import model_key
+
+    return model_key(asdict(model_config(cfg, cfg.data.vocab_size)))
 
 
 # A dev PPL at or above this fraction of the unigram model's: the row predicts little beyond how often
@@ -218,12 +227,15 @@ UNIGRAM_NEAR = 0.9
 
 
 def not_learning(cfg: RunConfig) -> str:
-    """'does not learn under this preset: ...' where the row's own finished records under this preset end
-    at a dev PPL of at least UNIGRAM_NEAR x the unigram model's of the run's prepared corpus (`unigram_ppl`);
-    '' where they do not, where it has none, or where the corpus is not prepared yet."""
-    preset = store.preset_key(cfg.recipe, cfg.scale.name)
-    _timings(cfg.results_dir, calibration_dir(cfg.results_dir))
-    ppls = _DEV_PPL[(cfg.results_dir, calibration_dir(cfg.results_dir))].get((cfg.model.name, preset), [])
+    """'does not learn under this preset: ...' where the row's own finished records (of its model, in its
+    results folder) under this preset end at a dev PPL of at least UNIGRAM_NEAR x the unigram model's of
+    the run's prepared corpus (`unigram_ppl`); '' where they do not, where it has none, or where the corpus
+    is not prepared yet."""
+    folders = (cfg.results_dir, calibration_dir(cfg.results_dir))
+    _timings(*folders)
+    row, preset, model = cfg.model.name, store.preset_key(cfg.recipe, cfg.scale.name), _model_of(cfg)
+    own = [ps for (r, s, m), ps in _DEV_PPL[folders].items() if (r, s) == (row, preset) and m in ("", model)]
+    ppls = [p for ps in own for p in ps]
     if not ppls or (unigram := unigram_ppl(cfg)) is None:
         return ""
     near = [p for p in ppls if p >= UNIGRAM_NEAR * unigram]
