@@ -39,6 +39,10 @@ MEASURE_STEPS = 50  # a calibration: enough steps for the seconds a step, past t
 # thread) over the Table 3 rows and a GRU at the cpu preset, one forward, backward and Adam step each
 # (docs/planner.md); a machine's own speed is the one figure its records give
 ELEMENT_MACS = 80
+# The training loop's own work a step (its hooks, the optimizer's bookkeeping, the batch's collation), in
+# multiply-accumulates of this machine's speed: base's step at the cpu preset takes 0.38 s in training and
+# 0.33 s as its count's step alone (AMD EPYC, one thread), 0.05 s more, about 3 x 10^9 of its units
+STEP_MACS = 3e9
 # The sentence length, source and target, at which a step's cost is counted: its tokens a step come in
 # sentences this long (attention's cost a token grows with it; at the presets' lengths it is a few percent
 # of a step, and the same length for every row keeps the rows' ratios)
@@ -124,7 +128,7 @@ class Count:
 
     @property
     def cost(self) -> float:
-        return self.macs + ELEMENT_MACS * self.elements
+        return self.macs + ELEMENT_MACS * self.elements + STEP_MACS
 
 
 def count(build: Callable[[], Any], tokens: int, length: int = SENTENCE) -> Count:
