@@ -14,10 +14,10 @@ passes, the final decode) is its wall time less its training time. Records count
   unit of cost (their median) x this row's cost a step, plus the same time outside training. A step's
   cost (`count`, on the meta device: nothing computed) is its multiply-accumulates, as torch's FLOP
   counter counts one forward, backward and Adam step of the model on a batch of the step's tokens, plus
-  ELEMENT_MACS for each element its operations write: at the presets' widths a step's elementwise work
-  (attention's softmax over h x length^2 scores, the loss over the vocabulary, Adam over every parameter)
-  is a third to a half of its time, and it grows with other keys than the matrix products do (h, the
-  vocabulary, a recurrence's steps);
+  ELEMENT_MACS for each element its operations write, plus STEP_MACS for the training loop's own work: at
+  the presets' widths a step's elementwise work (attention's softmax over h x length^2 scores, the loss
+  over the vocabulary, Adam over every parameter) is a third to a half of its time, and it grows with
+  other keys than the matrix products do (h, the vocabulary, a recurrence's steps);
 - budget: a run with `train.budget_minutes` trains for its budget, however many steps that is;
 - unknown: no record of the preset on this machine and none of the row elsewhere, or a model that cannot
   be counted: never a made-up number; the plan prints the one calibration command that gives one.
