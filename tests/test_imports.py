@@ -12,14 +12,20 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _imports(path: Path, modules: set[str]) -> set[str]:
-    """The package modules a file imports (`from ablate.x import y` counts ablate.x.y when y is a module)."""
+def _imports(path: Path, modules: set[str], name: str | None = None) -> set[str]:
+    """The package modules a file imports (`from ablate.x import y` counts ablate.x.y when y is a module),
+    relative imports (`from ..records import store`) resolved from the file's module `name` (default: its
+    name in the package)."""
+    name = _module_name(path) if name is None else name
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            names = [module] + [f"{module}.{a.name}" for a in node.names]
         else:
             continue
         out |= {n for n in names if n in modules}
@@ -110,19 +116,52 @@ def test_no_layer_imports_a_higher_one():
     modules = set(files) | {"ablate"}
     unplaced = sorted(m for m in files if layer_of(m, table) is None and m != "ablate")
     assert not unplaced, f"modules in no layer of {ARCHITECTURE.name}: {unplaced}"
-    wrong = sorted(
-        f"{m} (layer {layer_of(m, table)}) imports {d} (layer {layer_of(d, table)})"
-        for m, p in files.items()
-        for d in _imports(p, modules)
-        if layer_of(d, table) is not None and layer_of(d, table) > (layer_of(m, table) or 0)
-    )
+    wrong = upward_imports(files, modules, table)
     assert not wrong, "\n".join(wrong)
 
 
-def test_the_layer_checker_finds_an_upward_import():
+def upward_imports(files: dict[str, Path], modules: set[str], table: dict[str, int]) -> list[str]:
+    """'m (layer i) imports d (layer j)' for each import of a module of `files` ({module: file}) into a
+    higher layer of `table`."""
+    return sorted(
+        f"{m} (layer {layer_of(m, table)}) imports {d} (layer {layer_of(d, table)})"
+        for m, p in files.items()
+        for d in _imports(p, modules, m)
+        if layer_of(d, table) is not None and layer_of(d, table) > (layer_of(m, table) or 0)
+    )
+
+
+def test_the_layer_checker_finds_an_upward_import(tmp_path):
+    """A package of two layers: nn's model imports the report absolutely, its loss relatively (up two
+    levels), its package's __init__ relatively from a sibling of the report, its config inside a
+    function; the report imports nn (downward: allowed). The checker names the four upward imports."""
     table = {"ablate.nn": 1, "ablate.report": 9}
     assert layer_of("ablate.nn.model", table) == 1 and layer_of("ablate.report", table) == 9
     assert layer_of("ablate.other", table) is None
+    sources = {
+        "ablate/__init__.py": "",
+        "ablate/nn/__init__.py": "from ..report import decide\n",
+        "ablate/nn/model.py": "import ablate.report.decide\n",
+        "ablate/nn/loss.py": "from ..report.decide import decide\n",
+        "ablate/nn/config.py": "def f():\n    from ..report import decide\n",
+        "ablate/report/__init__.py": "",
+        "ablate/report/decide.py": "from ..nn import model\nfrom . import __init__\n",
+    }
+    files = {}
+    for rel, text in sources.items():
+        path = tmp_path / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        parts = Path(rel).with_suffix("").parts
+        files[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    assert upward_imports(files, set(files), table) == [
+        "ablate.nn (layer 1) imports ablate.report (layer 9)",  # the package the names come from
+        "ablate.nn (layer 1) imports ablate.report.decide (layer 9)",
+        "ablate.nn.config (layer 1) imports ablate.report (layer 9)",
+        "ablate.nn.config (layer 1) imports ablate.report.decide (layer 9)",
+        "ablate.nn.loss (layer 1) imports ablate.report.decide (layer 9)",
+        "ablate.nn.model (layer 1) imports ablate.report.decide (layer 9)",
+    ]
 
 
 def test_hydra_s_plugin_scan_imports_no_torch():

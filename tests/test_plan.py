@@ -121,9 +121,9 @@ def test_a_sweep_trains_its_good_rows_and_refuses_each_bad_row_file_alone_and_th
     # each job that would train gets its time: base's from base's record, A1's scaled from it
     assert f"  {ids[('A1', 1)]}  to resume from step 10  ~" in lines[("A1", 1)]
     assert f"  {ids[('A1', 2)]}  to retry (failed: CUDA out of memory)  ~" in lines[("A1", 2)]
-    assert lines[("A1", 2)].endswith("(scaled: 1 record(s) of base, by parameters)")
+    assert "(scaled: 1 record(s) of base, by the cost of a step)" in lines[("A1", 2)]
     assert f"  {ids[('base', 2)]}  to train  ~" in lines[("base", 2)]
-    assert lines[("base", 2)].endswith("(measured: 1 record of base)")
+    assert "(measured: 1 record of base)" in lines[("base", 2)]
     assert (
         "recipe=tiny scale=tiny  N 1, d_model 32, d_ff 128, h 1, d_k 32, d_v 32, P_drop 0.1"
         in lines[("A1", 1)]
@@ -507,3 +507,166 @@ def test_the_plans_composition_is_hydras(tmp_path):
         assert (composed[0][0].seed, composed[1][0].seed) == (2, 3)  # one working copy, each job its own
         with pytest.raises(Exception, match="seed"):
             composer(["model=base", "seed=abc"])
+
+
+# ---- the cost of a step: a row never run, estimated from records of any architecture ----
+
+
+def test_a_transformers_multiply_accumulates_are_the_hand_count_and_torchs():
+    """A Transformer of N 1, d_model 4, d_ff 8, h 2, d_k = d_v = 2, a vocabulary of 10, on 6 source and 6
+    target tokens in sentences of 3. A token, forward: each attention's projections Q K V O 4 x 4 each
+    (64), its scores and weighted values 2 heads x 2 x 3 each (24), the feed-forward 4 x 8 x 2 (64); the
+    decoder's cross-attention Q O on the target (32), K V on the source (32), its scores and values (24);
+    the output layer 4 x 10 (40). The backward is twice the forward. torch's FLOP counter on the model
+    itself (ablate.jobs.estimate.count, on the meta device) counts the same."""
+    from ablate.jobs.estimate import count, transformer_macs
+    from ablate.nn.config import TransformerConfig
+    from ablate.nn.model import Transformer
+
+    m = TransformerConfig(vocab_size=10, n_layers=1, d_model=4, d_ff=8, n_heads=2, d_k=2, d_v=2)
+    encoder = 64 + 24 + 64
+    decoder = 64 + 24 + 64 + 32 + 24
+    source = encoder + 32  # the cross-attention's keys and values of a source token
+    target = decoder + 40
+    hand = 3 * 6 * (source + target)
+    assert hand == 7776
+    assert transformer_macs(m, tokens=6, length=3) == hand
+    counted = count(lambda: Transformer(m), tokens=6, length=3)
+    assert counted.macs == hand
+    assert counted.elements > 0 and counted.cost == hand + 80 * counted.elements + 3e9  # the loop's own
+
+
+def test_a_rows_cost_is_counted_only_where_no_record_of_it_gives_its_time():
+    """Measured and ratio estimates never count a step (a plan of rows already run imports no torch);
+    a row run nowhere is this machine's seconds per unit of cost (the median over its records of any
+    architecture) x its own cost a step."""
+    from ablate.jobs.estimate import Estimate, Timing, estimate
+
+    def uncountable():
+        raise AssertionError("counted")
+
+    timings = [
+        Timing("base", "p", HERE, 0.3, 5.0, uncountable),
+        Timing("A1", "p", THERE, 0.4, 20.0, uncountable),
+        Timing("base", "p", THERE, 0.2, 10.0, uncountable),
+    ]
+    assert estimate("base", "p", HERE, 10, uncountable, timings).basis == "measured"
+    assert estimate("A1", "p", HERE, 10, uncountable, timings).basis == "ratio"
+    here = [
+        Timing("base", "p", HERE, 0.30, 5.0, lambda: 1000.0),
+        Timing("conv", "p", HERE, 0.10, 7.0, lambda: 400.0),  # 0.25 ms a unit against base's 0.3
+        Timing("C5", "p", HERE, 0.80, 9.0, lambda: None),  # a record whose model cannot be built here
+    ]
+    gru = estimate("gru", "p", HERE, 100, lambda: 200.0, here)
+    assert gru.basis == "scaled" and gru.detail == "2 record(s) of base, conv, by the cost of a step"
+    assert gru.seconds == pytest.approx(0.275e-3 * 200 * 100 + 6.0) and gru.train_s == pytest.approx(5.5)
+    # a model the meta device cannot count (plan._step_cost: None): no number, the calibration gives one
+    assert estimate("odd", "p", HERE, 100, lambda: None, here, "cmd") == Estimate(None, "unknown", "cmd")
+
+
+def test_the_plan_line_names_label_smoothing_and_a_criterion_of_its_own(tmp_path):
+    """D3 (no label smoothing) differs from base only in eps_ls: its plan line says so."""
+    p = _run(tmp_path, "-m", "model=base,D3,D4", "--plan")
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = _plan_lines(p.stdout)
+    assert "P_drop 0.1, eps_ls 0.1, sinusoidal" in lines[("base", 1)]
+    assert "P_drop 0.1, eps_ls 0, sinusoidal" in lines[("D3", 1)]
+    assert "P_drop 0.1, eps_ls 0.2, sinusoidal" in lines[("D4", 1)]
+
+
+def _prepared(folder: Path) -> Path:
+    """A prepared corpus of 8 wordpieces: training targets [4 4] [5], dev target [4 6]."""
+    import numpy as np
+
+    folder.mkdir(parents=True)
+    (folder / "meta.json").write_text(json.dumps({"vocab_size": 8}))
+    train = {"tgt_tokens": np.array([4, 4, 5], np.int32), "tgt_offsets": np.array([0, 2, 3], np.int64)}
+    np.savez(folder / "train.npz", **train)
+    dev = {"tgt_tokens": np.array([4, 6], np.int32), "tgt_offsets": np.array([0, 2], np.int64)}
+    np.savez(folder / "dev.npz", **dev)
+    return folder
+
+
+def test_a_row_whose_records_sit_at_the_unigram_perplexity_is_said_not_to_learn(tmp_path):
+    """The unigram model, add-one over 8 pieces: counts 4: 2, 5: 1, end of sentence: 2 (13 with the ones);
+    dev 4 6 </s> at 3/13, 1/13, 3/13: PPL 13 / 9^(1/3) = 6.25. A record at dev PPL 5.7 (>= 0.9 x 6.25) says
+    the row does not learn under its preset; one at 3.0 alone says nothing (a calibration's beside it at 9.0
+    is not the row's learning); another preset's, nothing."""
+    from ablate.config import RunConfig
+    from ablate.jobs.plan import not_learning, unigram_ppl
+
+    def cfg(results: Path) -> RunConfig:
+        c = RunConfig(results_dir=str(results), recipe="tiny")
+        c.scale.name, c.model.name, c.data.root = "tiny", "A1", str(tmp_path / "prepared")
+        return c
+
+    _prepared(tmp_path / "prepared")
+    assert unigram_ppl(cfg(tmp_path)) == pytest.approx(13 / 9 ** (1 / 3))
+    stalled, learning = tmp_path / "stalled", tmp_path / "learning"
+    calibration = tmp_path / "learning.calibration"  # a calibration's few steps: not the row's learning
+    for folder, ppls in ((stalled, (5.7, 3.0)), (learning, (3.0,)), (calibration, (9.0,))):
+        for seed, ppl in enumerate(ppls, 1):
+            _record(folder, "A1", seed, HERE, 0.1, 1.0, 100)
+            path = folder / "A1" / f"A1-000000000000-s{seed}" / "record.json"
+            path.write_text(json.dumps({**json.loads(path.read_text()), "metrics": {"dev_ppl": ppl}}))
+    assert not_learning(cfg(stalled)) == (
+        "(does not learn under this preset: 1 of its 2 record(s) end at dev PPL 5.7 or more, the target's "
+        "unigram model's 6.2; a stalled or diverging model takes a lower train.lr_scale, a longer "
+        "train.warmup_steps or train.grad_clip)"
+    )
+    assert not_learning(cfg(learning)) == ""
+    other = cfg(stalled)
+    other.recipe = "cpu"
+    assert not_learning(other) == ""
+
+
+@pytest.mark.slow
+def test_a_calibration_record_cut_short_is_named_and_the_calibration_runs_again(tmp_path):
+    """The calibration the plan prints ran, and its record was then cut short: the plan names that record
+    in one line (it cannot give an estimate), prints the calibration again, and that command trains (it
+    sets the unreadable record's folder aside): no loop."""
+    import shlex
+
+    results = tmp_path / "results"
+    _record(results, "base", 1, "Other CPU (family 9, model 9); cpu (1 threads)", 0.02, 2.0, 100)
+    p = _run(tmp_path, "-m", "model=base", "seed=2", "--plan")
+    (command,) = [ln.strip() for ln in p.stdout.splitlines() if ln.startswith("    python -m ablate.run")]
+    assert " resume=false " in command
+
+    def calibrate() -> subprocess.CompletedProcess:
+        env = dict(os.environ, WANDB_MODE="offline")
+        argv = [sys.executable, *shlex.split(command)[1:]]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+    assert calibrate().returncode == 0
+    (record,) = (tmp_path / "results.calibration").rglob("record.json")
+    record.write_text(record.read_text()[:200])  # cut short
+    p = _run(tmp_path, "-m", "model=base", "seed=2", "--plan")
+    assert p.returncode == 0, p.stderr[-3000:]
+    named = [ln for ln in p.stdout.splitlines() if str(record) in ln]
+    assert len(named) == 1 and named[0].startswith(f"[plan] {record}: unreadable result record (")
+    assert named[0].endswith("): left out of the estimates")
+    assert [ln.strip() for ln in p.stdout.splitlines() if ln.startswith("    python -m")] == [command]
+    calibrated = calibrate()
+    assert calibrated.returncode == 0, calibrated.stderr[-3000:]
+    p = _run(tmp_path, "-m", "model=base", "seed=2", "--plan")
+    assert "(measured: 1 record of base)" in _plan_lines(p.stdout)[("base", 2)]
+    assert "unreadable" not in p.stdout  # the cut record's folder is set aside, beside the new one
+
+
+def test_a_rows_records_of_another_model_are_not_its_own():
+    """`model=gru +model.args.d_model=512` is the row gru of another model: gru's record (d_model 64) is
+    not its own, and scales by the cost of a step; the same model (whatever its corpus's vocabulary) is
+    measured; a record or a job that does not say its model counts as the row's."""
+    from ablate.jobs.estimate import Timing, estimate, model_key
+
+    narrow = model_key({"d_model": 64, "layers": 1, "vocab_size": 500})
+    wide = model_key({"d_model": 512, "layers": 1, "vocab_size": 500})
+    assert narrow == model_key({"d_model": 64, "layers": 1, "vocab_size": 480}) != wide
+    timings = [Timing("gru", "p", HERE, 0.1, 5.0, lambda: 100.0, narrow)]
+    scaled = estimate("gru", "p", HERE, 10, lambda: 800.0, timings, model=wide)
+    assert scaled.basis == "scaled" and scaled.seconds == pytest.approx(0.1 / 100 * 800 * 10 + 5.0)
+    assert estimate("gru", "p", HERE, 10, 800.0, timings, model=narrow).basis == "measured"
+    assert estimate("gru", "p", HERE, 10, 800.0, timings).basis == "measured"
+    unsaid = [Timing("gru", "p", HERE, 0.1, 5.0, 100.0)]
+    assert estimate("gru", "p", HERE, 10, 800.0, unsaid, model=wide).basis == "measured"

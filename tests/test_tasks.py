@@ -296,8 +296,12 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     missing = _cmd([*report, "--missing-command", "--seeds", "1,2,3"], env).stdout.splitlines()
     assert len(missing) == 1 and f"hydra.searchpath=[file://{user}/conf]" in missing[0]
     assert _run_printed(missing[0], env, results) == {("base", 3), ("wide", 3)}
+    # the decide command names its rows and seeds, and trains exactly the cells it names that are not
+    # trained yet (on every path: no branch of this test asserts nothing)
     decide = _cmd([*report, "--decide-command"], env).stdout.strip()
-    for line in decide.splitlines():  # undecided rows: one command a distinct list of seeds
+    lines = decide.splitlines()  # undecided rows: one command a distinct list of seeds
+    assert lines and all(ln.startswith("python -m ablate.run ") and _asked(ln) for ln in lines), decide
+    for line in lines:
         expected = _asked(line) - set(_cells(results))
         assert _run_printed(line, env, results) == expected
 

@@ -47,11 +47,28 @@ def test_evaluate_names_its_own_knob():
     assert "; --threads 1 fits the free cores" in oversubscription(2, 2, 2.0, knob="--threads ")
 
 
-def test_running_threads_reads_procs_running_less_the_reader():
+def test_running_threads_reads_procs_running_less_the_reader(monkeypatch):
     stat = "cpu  1 2 3\nctxt 99\nprocs_running 5\nprocs_blocked 0\n"
     assert running_threads(stat) == 4.0
     assert running_threads("cpu 1 2 3\n") == 0.0
-    assert running_threads() >= 0.0
+    # the machine's own /proc/stat, read five times: the median of 3, 7, 5, 9, 4 running, less the reader
+    readings = iter(f"cpu  1 2 3\nprocs_running {n}\n" for n in (3, 7, 5, 9, 4))
+    read = []
+
+    class Proc(type(Path())):
+        def read_text(self, *args, **kwargs):
+            read.append(str(self))
+            return next(readings)
+
+    monkeypatch.setattr(cpu_load, "Path", Proc)
+    assert running_threads() == 4.0 and read == ["/proc/stat"] * 5
+
+    class NoProc(type(Path())):
+        def read_text(self, *args, **kwargs):
+            raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    monkeypatch.setattr(cpu_load, "Path", NoProc)
+    assert running_threads() == 0.0  # no /proc: nothing known to run beside
 
 
 def test_threads_asked_are_the_command_lines(monkeypatch):
@@ -65,19 +82,25 @@ def test_threads_asked_are_the_command_lines(monkeypatch):
     assert cpu_load.threads_asked(["trainer.threads=2"]) == 2
 
 
+ASLEEP = "(waiting threads sleep instead of spinning: OMP_WAIT_POLICY=PASSIVE, the same sums)"
+SPINNING = "(OMP_WAIT_POLICY=PASSIVE keeps waiting threads from spinning)"
+
+
 @pytest.mark.parametrize(
-    "argv, others, env, applied",
+    "argv, others, env, applied, note_ends",
     [
-        ([], 1.0, {}, True),  # 2 threads on 2 cores beside a busy loop: the README's command 1
-        (["trainer.threads=1"], 1.0, {}, False),  # fits the free core
-        ([], 0.0, {}, False),  # a free machine: threads spin as OpenMP's default has them
-        (["trainer.threads=3"], 0.0, {}, True),  # more threads than cores
-        ([], 1.0, {"OMP_WAIT_POLICY": "ACTIVE"}, False),  # the user's policy is kept
-        ([], 1.0, {"SLURM_JOB_ID": "7"}, False),  # a SLURM job's CPUs are its own
-        ([], 1.0, {"OMP_NUM_THREADS": "1"}, False),  # torch's default threads set to fit the free core
+        ([], 1.0, {}, True, ASLEEP),  # 2 threads on 2 cores beside a busy loop: the README's command 1
+        (["trainer.threads=1"], 1.0, {}, False, None),  # fits the free core: no note
+        ([], 0.0, {}, False, None),  # a free machine: threads spin as OpenMP's default has them
+        (["trainer.threads=3"], 0.0, {}, True, ASLEEP),  # more threads than cores
+        ([], 1.0, {"OMP_WAIT_POLICY": "ACTIVE"}, False, SPINNING),  # the user's policy is kept, and named
+        ([], 1.0, {"SLURM_JOB_ID": "7"}, False, SPINNING),  # a SLURM job's CPUs are its own
+        ([], 1.0, {"OMP_NUM_THREADS": "1"}, False, None),  # torch's default threads set to fit the free core
     ],
 )
-def test_waiting_threads_sleep_where_the_load_leaves_too_few_cores(monkeypatch, argv, others, env, applied):
+def test_waiting_threads_sleep_where_the_load_leaves_too_few_cores(
+    monkeypatch, argv, others, env, applied, note_ends
+):
     for k in ("OMP_WAIT_POLICY", "SLURM_JOB_ID", "OMP_NUM_THREADS"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
@@ -87,12 +110,10 @@ def test_waiting_threads_sleep_where_the_load_leaves_too_few_cores(monkeypatch, 
     assert cpu_load.wait_without_spinning(argv) is applied
     assert os.environ.get("OMP_WAIT_POLICY") == ("PASSIVE" if applied else env.get("OMP_WAIT_POLICY"))
     note = cpu_load.busy_cores_note(cpu_load.threads_asked(argv))
-    if applied:  # the one line says what the run does
-        assert note.endswith(
-            "(waiting threads sleep instead of spinning: OMP_WAIT_POLICY=PASSIVE, the same sums)"
-        )
-    elif note is not None:
-        assert note.endswith("(OMP_WAIT_POLICY=PASSIVE keeps waiting threads from spinning)")
+    if note_ends is None:
+        assert note is None
+    else:  # the one line says what the run does
+        assert note.startswith("[ablate] note: ") and note.endswith(note_ends), note
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity (Linux)")

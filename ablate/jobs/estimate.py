@@ -3,31 +3,50 @@ estimate naming its basis (as a batch scheduler predicts a job from the same use
 et al. 2007). A record's speed is its training seconds a step; its time outside training (setup, dev
 passes, the final decode) is its wall time less its training time. Records count within one preset:
 
-- measured: records of the same row on this CPU and device: their seconds a step (the median over them)
-  x the steps the run has left, plus their time outside training (the median);
-- ratio: records of the same row made on other machines, each machine's times x its speed ratio to this
-  one: the median over the rows both machines ran of (this machine's seconds a step / that machine's).
+- measured: records of the same row and model (`model_key`) on this CPU and device: their seconds a step
+  (the median over them) x the steps the run has left, plus their time outside training (the median);
+- ratio: records of the same row and model made on other machines, each machine's times x its speed
+  ratio to this one: the median over the rows both machines ran of (this machine's seconds a step / that
+  machine's).
   One short calibration here (`calibration_row`: a row the other machines ran, a few dozen steps) gives
   the ratio to every machine that ran its row, and with it every row those machines ran;
-- scaled: records of other rows on this machine: this machine's seconds a step per parameter (their
-  median) x this row's parameters; at a preset's fixed tokens a step the FLOPs of a step grow with the
-  parameters (6 N tokens); plus the same time outside training;
+- scaled: records of other rows on this machine, of any architecture: this machine's seconds a step per
+  unit of cost (their median) x this row's cost a step, plus the same time outside training. A step's
+  cost (`count`, on the meta device: nothing computed) is its multiply-accumulates, as torch's FLOP
+  counter counts one forward, backward and Adam step of the model on a batch of the step's tokens, plus
+  ELEMENT_MACS for each element its operations write, plus STEP_MACS for the training loop's own work: at
+  the presets' widths a step's elementwise work (attention's softmax over h x length^2 scores, the loss
+  over the vocabulary, Adam over every parameter) is a third to a half of its time, and it grows with
+  other keys than the matrix products do (h, the vocabulary, a recurrence's steps);
 - budget: a run with `train.budget_minutes` trains for its budget, however many steps that is;
-- unknown: no record of the preset on this machine and none of the row elsewhere: never a made-up number;
-  the plan prints the one calibration command that gives one.
+- unknown: no record of the preset on this machine and none of the row elsewhere, or a model that cannot
+  be counted: never a made-up number; the plan prints the one calibration command that gives one.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import statistics
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ablate.records.store import preset_key
 
 MEASURE_STEPS = 50  # a calibration: enough steps for the seconds a step, past the first steps' warm-up
+# What one element written costs beside one multiply-accumulate: fitted on one machine (an AMD EPYC, one
+# thread) over the Table 3 rows and a GRU at the cpu preset, one forward, backward and Adam step each
+# (docs/planner.md); a machine's own speed is the one figure its records give
+ELEMENT_MACS = 80
+# The training loop's own work a step (its hooks, the optimizer's bookkeeping, the batch's collation), in
+# multiply-accumulates of this machine's speed: base's step at the cpu preset takes 0.38 s in training and
+# 0.33 s as its count's step alone (AMD EPYC, one thread), 0.05 s more, about 3 x 10^9 of its units
+STEP_MACS = 3e9
+# The sentence length, source and target, at which a step's cost is counted: its tokens a step come in
+# sentences this long (attention's cost a token grows with it; at the presets' lengths it is a few percent
+# of a step, and the same length for every row keeps the rows' ratios)
+SENTENCE = 32
 BASES = ("measured", "ratio", "scaled", "budget", "unknown")
 
 
@@ -36,6 +55,7 @@ class Estimate:
     seconds: float | None  # wall time; None: unknown
     basis: str  # one of BASES
     detail: str  # what it comes from
+    train_s: float | None = field(default=None, compare=False)  # the part of it that trains
 
     def as_record(self) -> dict[str, Any]:
         """As a record keeps it (`estimate`): the report puts it beside the time the run took."""
@@ -56,18 +76,90 @@ class Timing:
     machine: str  # the CPU as the record names it, and the device
     seconds_per_step: float
     outside_s: float  # wall time less training time
-    params: int
+    # its model's cost a step (`count`), or what counts it where asked: most estimates never need it
+    cost: float | Callable[[], float | None]
+    model: str = ""  # its model's config as recorded (`model_key`); "": not recorded
 
 
-def timing(rec: dict[str, Any]) -> Timing | None:
-    """A finished record's timing, or None where it lacks one (a record of an older version, no steps)."""
-    steps, train, wall, params = (rec.get(k) for k in ("steps", "train_time_s", "wall_time_s", "params"))
-    if rec.get("status") != "finished" or not steps or not train or wall is None or not params:
+def model_key(model: dict[str, Any] | None) -> str:
+    """A model's config (a record's `model_effective`) as the estimates compare it: less its vocabulary,
+    which a prepared corpus gives (a row's records are of its model only where its command line changed
+    none of it)."""
+    if not model:
+        return ""
+    return json.dumps({k: v for k, v in model.items() if k != "vocab_size"}, sort_keys=True)
+
+
+def timing(rec: dict[str, Any], cost: float | Callable[[], float | None]) -> Timing | None:
+    """A finished record's timing, its model's cost a step given (`count`), or None where it lacks one (a
+    record of an older version, no steps)."""
+    steps, train, wall = (rec.get(k) for k in ("steps", "train_time_s", "wall_time_s"))
+    if rec.get("status") != "finished" or not steps or not train or wall is None:
         return None
     cfg = rec.get("config") or {}
     preset = preset_key(cfg.get("recipe"), str((cfg.get("scale") or {}).get("name")))
     machine = f"{(rec.get('machine') or {}).get('cpu', '?')}; {rec.get('device', '?')}"
-    return Timing(str(rec.get("row")), preset, machine, train / steps, max(0.0, wall - train), int(params))
+    outside = max(0.0, wall - train)
+    model = model_key(rec.get("model_effective"))
+    return Timing(str(rec.get("row")), preset, machine, train / steps, outside, cost, model)
+
+
+def transformer_macs(m: Any, tokens: int, length: int = SENTENCE) -> float:
+    """The multiply-accumulates of one training step of the Transformer `m` (a TransformerConfig) on
+    `tokens` source and `tokens` target tokens in sentences of `length`: the forward's matrix products,
+    x 3 with the backward's (a product's gradient to its input and to its weight, each as many). A token,
+    per layer: its projections (d_model x h (d_k + d_v), twice: Q K V and the output), its scores and
+    weighted values (h (d_k + d_v) x length), the feed-forward (2 d_model d_ff); the decoder's
+    cross-attention projects the target's queries and outputs and the source's keys and values; the
+    output layer, d_model x vocabulary a target token."""
+    d, hk = m.d_model, m.n_heads * (m.d_k + m.d_v)
+    proj, attend, ffn = 2 * d * hk, hk * length, 2 * d * m.d_ff
+    enc = m.n_layers * (proj + attend + ffn)
+    dec = m.n_dec_layers * (proj + attend + ffn + d * hk + attend)
+    source = enc + m.n_dec_layers * d * hk  # the cross-attention's keys and values of each source token
+    target = dec + d * m.vocab_size
+    return 3.0 * tokens * (source + target)
+
+
+@dataclass(frozen=True)
+class Count:
+    macs: float  # multiply-accumulates (torch's FLOP counter: 2 FLOPs each)
+    elements: float  # elements written by the operations (views write none)
+
+    @property
+    def cost(self) -> float:
+        return self.macs + ELEMENT_MACS * self.elements + STEP_MACS
+
+
+def count(build: Callable[[], Any], tokens: int, length: int = SENTENCE) -> Count:
+    """One training step of the model `build()` returns, counted on the meta device (nothing computed,
+    nothing allocated): its forward on `tokens` source and target tokens in sentences of `length`, the
+    paper's label-smoothed loss over the vocabulary, the backward and an Adam step. The model
+    keeps the model contract (`forward(src, tgt_in)` -> hidden, `logits(hidden)`; docs/models.md)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    class Written(TorchDispatchMode):
+        elements = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if not func.is_view:
+                each = out if isinstance(out, tuple | list) else (out,)
+                self.elements += sum(o.numel() for o in each if isinstance(o, torch.Tensor))
+            return out
+
+    length = max(1, min(length, tokens))
+    with torch.device("meta"):
+        model = build()
+        batch = torch.ones(max(1, tokens // length), length, dtype=torch.long)
+        adam = torch.optim.Adam(model.parameters())
+        with FlopCounterMode(display=False) as flops, Written() as written:
+            logits = model.logits(model(batch, batch)).flatten(0, -2).float()
+            torch.nn.functional.cross_entropy(logits, batch.flatten(), label_smoothing=0.1).backward()
+            adam.step()
+    return Count(flops.get_total_flops() / 2, float(written.elements))
 
 
 def estimate(
@@ -75,29 +167,41 @@ def estimate(
     preset: str,
     machine: str,
     steps_left: int,
-    params: int,
+    cost: float | Callable[[], float],
     timings: Iterable[Timing],
     command: str = "",
+    model: str = "",
 ) -> Estimate:
-    """The wall time of `steps_left` steps of `row` (with `params` parameters) under `preset` on
-    `machine`, from the timings of the preset's records (module docstring); `command`, where given, is
-    what an unknown estimate names."""
+    """The wall time of `steps_left` steps of `row` (of `cost` a step, `count`; its model `model`,
+    `model_key`) under `preset` on `machine`, from the timings of the preset's records (module docstring):
+    a record of the row counts as its own where it is of the same model (or either does not say);
+    `command`, where given, is what an unknown estimate names."""
     pool = [t for t in timings if t.preset == preset]
     here = [t for t in pool if t.machine == machine]
-    same = [t for t in here if t.row == row]
+    same = [t for t in here if _own(t, row, model)]
     if same:
         return _from(same, {machine: 1.0}, steps_left, "measured", _records(same, row))
     ratios = speed_ratios(pool, machine)
-    there = [t for t in pool if t.row == row and t.machine in ratios]
+    there = [t for t in pool if _own(t, row, model) and t.machine in ratios]
     if there:
         return _from(there, ratios, steps_left, "ratio", _ratio_detail(there, ratios, row, here))
-    if here and params:
-        per_param = statistics.median(t.seconds_per_step / t.params for t in here)
-        outside = statistics.median(t.outside_s for t in here)
-        rows = sorted({t.row for t in here})
-        what = f"{len(here)} record(s) of {', '.join(rows[:4])}{' ...' if len(rows) > 4 else ''}"
-        return Estimate(per_param * params * steps_left + outside, "scaled", f"{what}, by parameters")
+    counted = [(t, c) for t in here if (c := _value(t.cost))]
+    if counted and (mine := _value(cost)):
+        per_cost = statistics.median(t.seconds_per_step / c for t, c in counted)
+        outside = statistics.median(t.outside_s for t, _ in counted)
+        rows = sorted({t.row for t, _ in counted})
+        what = f"{len(counted)} record(s) of {', '.join(rows[:4])}{' ...' if len(rows) > 4 else ''}"
+        train = per_cost * mine * steps_left
+        return Estimate(train + outside, "scaled", f"{what}, by the cost of a step", train)
     return Estimate(None, "unknown", command)
+
+
+def _own(t: Timing, row: str, model: str) -> bool:
+    return t.row == row and (not model or not t.model or t.model == model)
+
+
+def _value(cost: float | Callable[[], float | None]) -> float | None:
+    return cost() if callable(cost) else cost
 
 
 def _from(timings: list[Timing], ratio: dict[str, float], steps: int, basis: str, detail: str) -> Estimate:
@@ -105,7 +209,7 @@ def _from(timings: list[Timing], ratio: dict[str, float], steps: int, basis: str
     its machine's ratio."""
     per_step = statistics.median(t.seconds_per_step * ratio[t.machine] for t in timings)
     outside = statistics.median(t.outside_s * ratio[t.machine] for t in timings)
-    return Estimate(per_step * steps + outside, basis, detail)
+    return Estimate(per_step * steps + outside, basis, detail, per_step * steps)
 
 
 def _records(timings: list[Timing], row: str) -> str:

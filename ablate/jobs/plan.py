@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -24,14 +25,18 @@ from ablate.config import (
     RunConfig,
     build_model,
     effective_model,
+    model_config,
     preset_name,
+    row_arch,
+    step_tokens,
     total_steps,
     validate,
     varied,
 )
-from ablate.config.arch import DEFAULT_ARCH, own_values
+from ablate.config.arch import DEFAULT_ARCH, DEFAULT_CRITERION, own_values
 from ablate.errors import first_line
-from ablate.jobs.estimate import MEASURE_STEPS, Estimate, Timing
+from ablate.jobs.estimate import MEASURE_STEPS, Count, Estimate, Timing, transformer_macs
+from ablate.nn.config import TransformerConfig
 from ablate.records import folder, identity, store
 from ablate.records.staleness import why_stale
 
@@ -69,17 +74,21 @@ def _row_file(cfg: RunConfig) -> str:
 
 
 def model_text(cfg: RunConfig) -> str:
-    """The model a run would build: layers, widths, heads, dropout, steps (the vocabulary comes with the
-    data). A researcher's model: its name and its own keys as it builds them."""
+    """The model a run would build and how it trains it: layers, widths, heads, dropout, label smoothing,
+    steps (the vocabulary comes with the data). A researcher's model: its name and its own keys as it
+    builds them; a criterion other than the paper's, named."""
+    eps = f"eps_ls {row_arch(cfg).label_smoothing:g}"
+    loss = f", criterion {cfg.model.criterion}" if cfg.model.criterion != DEFAULT_CRITERION else ""
     if cfg.model.arch != DEFAULT_ARCH:
         own = ", ".join(f"{k} {v}" for k, v in own_values(cfg).items())
-        return f"{cfg.model.arch}: {own}, {total_steps(cfg):,} steps"
+        return f"{cfg.model.arch}: {own}, {eps}{loss}, {total_steps(cfg):,} steps"
     m = effective_model(cfg, 0)
     dec = m.n_dec_layers if m.n_dec_layers not in (None, m.n_layers) else None
     layers = f"N {m.n_layers}" + (f" (decoder {dec})" if dec is not None else "")
     return (
         f"{layers}, d_model {m.d_model}, d_ff {m.d_ff}, h {m.n_heads}, d_k {m.d_k}, d_v {m.d_v}, "
-        f"P_drop {m.dropout:g}, {m.positional} positions, {m.norm}-LN, {total_steps(cfg):,} steps"
+        f"P_drop {m.dropout:g}, {eps}, {m.positional} positions, {m.norm}-LN{loss}, "
+        f"{total_steps(cfg):,} steps"
     )
 
 
@@ -129,20 +138,29 @@ def _overrides_text(overrides: list[str]) -> str:
 
 
 _TIMINGS: dict[tuple[str, ...], list[Timing]] = {}
+# the dev PPLs of the finished records of a results folder (not its calibrations: a few dozen steps), by
+# folders: {(row, preset, model): PPLs}
+_DEV_PPL: dict[tuple[str, ...], dict[tuple[str, str, str], list[float]]] = {}
+_UNREADABLE: dict[str, None] = {}  # the records an estimate could not read, in the order met (one line each)
 
 
 def _timings(*folders: str) -> list[Timing]:
-    """The timings of the finished records under `folders` (read once a process)."""
+    """The timings of the finished records under `folders` (read once a process), each with its model's
+    cost a step (`record_cost`, counted where an estimate needs it); the records that cannot be read are
+    kept for the plan's closing lines."""
     if folders not in _TIMINGS:
         from ablate.jobs.estimate import timing
 
-        found = []
+        found, ppls = [], _DEV_PPL.setdefault(folders, {})
         for f in (Path(f) for f in folders if Path(f).is_dir()):
-            for rec in store.find_records(f)[0]:
-                if (t := timing(rec)) is not None:
+            records, errors = store.find_records(f)
+            _UNREADABLE.update(dict.fromkeys(first_line(e) for e in errors))
+            for rec in records:
+                if (t := timing(rec, functools.partial(record_cost, rec))) is not None:
                     found.append(t)
-                    if rec.get("model_effective"):
-                        _PARAMS.setdefault(_model_key(rec["model_effective"]), t.params)
+                    ppl = (rec.get("metrics") or {}).get("dev_ppl")
+                    if f == Path(folders[0]) and isinstance(ppl, int | float):
+                        ppls.setdefault((t.row, t.preset, t.model), []).append(float(ppl))
         _TIMINGS[folders] = found
     return _TIMINGS[folders]
 
@@ -162,14 +180,17 @@ def line(cfg: RunConfig) -> tuple[str, str, Estimate | None]:
     word, detail = state(cfg)
     if word == REFUSED:
         return f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  refused: {detail}", word, None
-    est = None
+    est, learns = None, ""
     if word in _TRAINS:
         done = _checkpoint_step(identity.run_dir(cfg) / "checkpoints") if word == TO_RESUME else 0
         est = run_estimate(cfg, done or 0)
+        learns = not_learning(cfg)
     return (
         (
             f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  {model_text(cfg)}  "
-            f"{identity.run_id(cfg)}  {word}{detail}" + (f"  {est.text()}" if est else "")
+            f"{identity.run_id(cfg)}  {word}{detail}"
+            + (f"  {est.text()}" if est else "")
+            + (f"  {learns}" if learns else "")
         ),
         word,
         est,
@@ -185,12 +206,83 @@ def run_estimate(cfg: RunConfig, done_steps: int = 0) -> Estimate:
     if cfg.train.budget_minutes is not None:  # it trains for its budget, however many steps that is
         budget = cfg.train.budget_minutes
         return Estimate(budget * 60, "budget", f"train.budget_minutes={budget:g}, plus setup and evaluations")
-    timings = _timings(cfg.results_dir, calibration_dir(cfg.results_dir))  # first: their models' sizes
-    params = _params_of(cfg)
+    timings = _timings(cfg.results_dir, calibration_dir(cfg.results_dir))
+    cost = functools.partial(_step_cost, cfg)  # counted only where no record of the row gives the time
     preset = store.preset_key(cfg.recipe, cfg.scale.name)
     steps = total_steps(cfg) - done_steps
     unknown = "the calibration below gives one"
-    return estimate(cfg.model.name, preset, this_machine(cfg), steps, params, timings, unknown)
+    return estimate(cfg.model.name, preset, this_machine(cfg), steps, cost, timings, unknown, _model_of(cfg))
+
+
+def _model_of(cfg: RunConfig) -> str:
+    """The run's model as its record will say it (ablate.jobs.estimate.model_key)."""
+    from ablate.jobs.estimate import model_key
+
+    return model_key(asdict(model_config(cfg, cfg.data.vocab_size)))
+
+
+# A dev PPL at or above this fraction of the unigram model's: the row predicts little beyond how often
+# each wordpiece occurs (a model that learned the target's bigrams is well below it)
+UNIGRAM_NEAR = 0.9
+
+
+def not_learning(cfg: RunConfig) -> str:
+    """'does not learn under this preset: ...' where the row's own finished records (of its model, in its
+    results folder) under this preset end at a dev PPL of at least UNIGRAM_NEAR x the unigram model's of
+    the run's prepared corpus (`unigram_ppl`); '' where they do not, where it has none, or where the corpus
+    is not prepared yet."""
+    folders = (cfg.results_dir, calibration_dir(cfg.results_dir))
+    _timings(*folders)
+    row, preset, model = cfg.model.name, store.preset_key(cfg.recipe, cfg.scale.name), _model_of(cfg)
+    own = [ps for (r, s, m), ps in _DEV_PPL[folders].items() if (r, s) == (row, preset) and m in ("", model)]
+    ppls = [p for ps in own for p in ps]
+    if not ppls or (unigram := unigram_ppl(cfg)) is None:
+        return ""
+    near = [p for p in ppls if p >= UNIGRAM_NEAR * unigram]
+    if not near:
+        return ""
+    return (
+        f"(does not learn under this preset: {len(near)} of its {len(ppls)} record(s) end at dev PPL "
+        f"{min(near):.1f} or more, the target's unigram model's {unigram:.1f}; a stalled or diverging "
+        "model takes a lower train.lr_scale, a longer train.warmup_steps or train.grad_clip)"
+    )
+
+
+@functools.cache
+def _unigram_ppl(root: str) -> float | None:
+    """The dev perplexity, per wordpiece and end of sentence as dev PPL counts them, of the unigram model
+    of the prepared corpus at `root`: each target wordpiece at its training frequency, add-one."""
+    import math
+
+    import numpy as np
+
+    from ablate.data.binarize import load_npz_mmap
+    from ablate.data.tokenizer import EOS
+
+    try:
+        vocab = int(json.loads((Path(root) / "meta.json").read_text())["vocab_size"])
+        train, dev = (load_npz_mmap(Path(root) / f"{split}.npz") for split in ("train", "dev"))
+    except (OSError, ValueError, KeyError):
+        return None
+    counts = np.bincount(train["tgt_tokens"], minlength=vocab).astype(np.float64)
+    counts[EOS] += len(train["tgt_offsets"]) - 1  # one end of sentence a target sentence
+    logp = np.log(counts + 1.0) - math.log(counts.sum() + len(counts))
+    dev_logp = logp[dev["tgt_tokens"]].sum() + (len(dev["tgt_offsets"]) - 1) * logp[EOS]
+    return math.exp(-dev_logp / (len(dev["tgt_tokens"]) + len(dev["tgt_offsets"]) - 1))
+
+
+def unigram_ppl(cfg: RunConfig) -> float | None:
+    """`_unigram_ppl` of the run's prepared corpus (data.root where it is a prepared folder, else the
+    cache's folder of its data), None where it is not prepared: the plan prepares nothing."""
+    from ablate.data.corpora import corpus_cache_key
+
+    root = Path(cfg.data.root) if cfg.data.root else None
+    if root is None or not (root / "meta.json").is_file():
+        try:
+            root = Path(cfg.data.cache_dir) / "data" / corpus_cache_key(cfg)
+        except (ValueError, OSError):
+            return None
+    return _unigram_ppl(str(root)) if (root / "meta.json").is_file() else None
 
 
 def calibration_dir(results_dir: str) -> str:
@@ -216,37 +308,69 @@ def this_machine(cfg: RunConfig) -> str:
     return _machine(cfg.trainer.accelerator, cfg.trainer.threads)
 
 
-_PARAMS: dict[str, int] = {}  # by the model's fields (`model_effective`), from records and counted
+_COUNTS: dict[str, Count] = {}  # a step counted, by its model's config and the step's tokens
 
 
-def _params_of(cfg: RunConfig) -> int:
-    """The parameters of a run's model: the Transformer's through `_params`, another model's counted as
-    it is built (model.arch), on the meta device."""
+def step_macs(cfg: RunConfig) -> float:
+    """The multiply-accumulates of one training step of the run's model, to rank rows by size: the
+    Transformer's from its config (ablate.jobs.estimate.transformer_macs: no torch), another model's
+    counted (`step_count`)."""
     if cfg.model.arch == DEFAULT_ARCH:
-        return _params(effective_model(cfg, cfg.data.vocab_size))
-    key = _model_key({"arch": cfg.model.arch, **own_values(cfg), "vocab": cfg.data.vocab_size})
-    if key not in _PARAMS:
-        import torch
-
-        from ablate.nn.model import count_parameters
-
-        with torch.device("meta"):
-            _PARAMS[key] = count_parameters(build_model(cfg, cfg.data.vocab_size))
-    return _PARAMS[key]
+        return transformer_macs(effective_model(cfg, cfg.data.vocab_size), step_tokens(cfg))
+    try:
+        return step_count(cfg).macs
+    except Exception:  # noqa: BLE001 - a model that cannot be counted ranks last
+        return math.inf
 
 
-def _params(model) -> int:
-    """The parameters of a model (a TransformerConfig): a record's count of the same model where the
-    plan's records have one, else counted on the meta device (nothing allocated); once a model a plan."""
-    key = _model_key(asdict(model))
-    if key not in _PARAMS:
-        import torch
+def step_count(cfg: RunConfig) -> Count:
+    """One training step of the run's model at its step's tokens, counted (ablate.jobs.estimate.count);
+    once a model a process."""
+    if cfg.model.arch == DEFAULT_ARCH:
+        return _transformer_count(effective_model(cfg, cfg.data.vocab_size), step_tokens(cfg))
+    fields = {"arch": cfg.model.arch, **own_values(cfg), "vocab": cfg.data.vocab_size}
+    return _counted(fields, lambda: build_model(cfg, cfg.data.vocab_size), step_tokens(cfg))
 
-        from ablate.nn.model import Transformer, count_parameters
 
-        with torch.device("meta"):
-            _PARAMS[key] = count_parameters(Transformer(model))
-    return _PARAMS[key]
+def _step_cost(cfg: RunConfig) -> float | None:
+    """The run's cost a step, None where its model cannot be counted on the meta device (a model whose
+    construction or forward reads its tensors' values): its estimate then takes a calibration."""
+    try:
+        return step_count(cfg).cost
+    except Exception:  # noqa: BLE001 - a researcher's code may raise anything; the plan goes on
+        return None
+
+
+def _transformer_count(model: TransformerConfig, tokens: int) -> Count:
+    from ablate.nn.model import Transformer
+
+    return _counted({"arch": DEFAULT_ARCH, **asdict(model)}, lambda: Transformer(model), tokens)
+
+
+def _counted(fields: dict, build, tokens: int) -> Count:
+    from ablate.jobs.estimate import count
+
+    key = _model_key({**fields, "tokens": tokens})
+    if key not in _COUNTS:
+        _COUNTS[key] = count(build, tokens)
+    return _COUNTS[key]
+
+
+def record_cost(rec: dict) -> float | None:
+    """A record's model's cost a step (ablate.jobs.estimate.Count.cost): the Transformer's from the
+    record's model (`model_effective`) and its step's tokens (`batch`), another model's from its config;
+    None where the record lacks them or its model cannot be built here."""
+    from ablate.config import to_dataclass
+
+    cfg = rec.get("config") or {}
+    arch = (cfg.get("model") or {}).get("arch", DEFAULT_ARCH)
+    tokens = (rec.get("batch") or {}).get("max_tokens_per_step")
+    try:
+        if arch == DEFAULT_ARCH and rec.get("model_effective") and tokens:
+            return _transformer_count(TransformerConfig(**rec["model_effective"]), int(tokens)).cost
+        return step_count(to_dataclass(cfg)).cost
+    except Exception:  # noqa: BLE001 - a record this process cannot count is left out of the estimates
+        return None
 
 
 def _model_key(fields: dict) -> str:
@@ -256,16 +380,18 @@ def _model_key(fields: dict) -> str:
 def calibration(cfg: RunConfig, overrides: list[str]) -> dict:
     """What the plan's closing line needs to name one calibration for a job of unknown time: its preset
     and folders, its row's size, and the command that measures the row here: MEASURE_STEPS steps, no
-    step checkpoint to average, no test split to decode, into this machine's own calibration folder."""
+    step checkpoint to average, no test split to decode, into this machine's own calibration folder, from
+    its first step (resume=false: what an earlier calibration of the row left there, a record cut short
+    or a stopped run, is set aside, not read)."""
     from ablate.jobs.estimate import machine_folder
 
     here = this_machine(cfg)
     into = f"{calibration_dir(cfg.results_dir)}/{machine_folder(here)}"
     command = (
         f"python -m ablate.run {_overrides_text(overrides)} train.max_steps={MEASURE_STEPS} "
-        f"train.budget_minutes=null train.average_last=0 results_dir={into}"
+        f"train.budget_minutes=null train.average_last=0 resume=false results_dir={into}"
     )
-    size = _params_of(cfg) * total_steps(cfg)
+    size = step_macs(cfg) * total_steps(cfg)
     preset = store.preset_key(cfg.recipe, cfg.scale.name)
     folders = [cfg.results_dir, calibration_dir(cfg.results_dir)]
     return {"preset": preset, "folders": folders, "row": cfg.model.name, "size": size, "command": command}
@@ -290,7 +416,9 @@ def summary(outcomes: list[dict], refused: int = 0, parallel: int = 1, how: str 
         text += f"; ~{duration(makespan(known, parallel))} of wall time at {at}" if known else ""
         text += f" ({len(unknown)} of unknown time, more)" if unknown and known else ""
         text += f"; {len(unknown)} run(s) of unknown time" if unknown and not known else ""
-    return _calibrations(unknown) + text, REFUSED not in words  # the counts last: the plan's closing line
+    unread = "".join(f"{e}: left out of the estimates\n[plan] " for e in _UNREADABLE)
+    # the counts last: the plan's closing line
+    return unread + _calibrations(unknown) + text, REFUSED not in words
 
 
 def _calibrations(unknown: list[dict]) -> str:
