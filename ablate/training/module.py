@@ -80,7 +80,6 @@ class Seq2SeqModule(pl.LightningModule):
         self._t0 = time.perf_counter()
         self._tokens_since = 0
         self.train_tokens = 0
-        self.n_evals = 0
         self._restored_rng: dict = {}
 
     # -- optimization --------------------------------------------------------------------------------------
@@ -156,7 +155,8 @@ class Seq2SeqModule(pl.LightningModule):
         # decode the dev set: at every train.decode_every-th evaluation during training, always outside fit
         every = self.cfg.train.decode_every
         in_fit = self.trainer is not None and self.trainer.state.fn == "fit"
-        self.decode_dev = not in_fit or (every > 0 and (self.n_evals + 1) % every == 0)
+        due = every > 0 and dev_pass_number(self.global_step, self.cfg) % every == 0
+        self.decode_dev = not in_fit or due
 
     def validation_step(self, b: Batch, batch_idx):
         hidden = self.model(b.src, b.tgt_in)
@@ -212,7 +212,6 @@ class Seq2SeqModule(pl.LightningModule):
             for m in self.metrics:
                 if m.record_key in scored.figures:
                     self.log(f"dev/{m.name}", scored.figures[m.record_key], rank_zero_only=True)
-        self.n_evals += 1
 
     # -- checkpoint state beyond Lightning's: the data position ---------------------------------------------
 
@@ -225,6 +224,7 @@ class Seq2SeqModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint):
+        redo_dev_pass(checkpoint, self.cfg.train.val_every)
         state = checkpoint.get("ablate", {})
         self.last_position = tuple(state["position"]) if state.get("position") else None
         self.train_tokens = state.get("train_tokens", 0)
@@ -238,6 +238,28 @@ class Seq2SeqModule(pl.LightningModule):
             torch.set_rng_state(state["rng_cpu"])
         if state.get("rng_cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
+
+
+def dev_pass_number(step: int, cfg: RunConfig) -> int:
+    """Which dev pass of the run the one at `step` is, counted from the run's start (not the process's):
+    the passes come every train.val_every steps, and one more at a step where training stops early."""
+    return -(-step // cfg.train.val_every)
+
+
+def redo_dev_pass(checkpoint: dict, val_every: int) -> None:
+    """A checkpoint is written at the end of its step (ModelCheckpoint's and the stop's, on_train_batch_end),
+    before the dev pass due at that step; Lightning, restarting there, takes that pass as done (it expects
+    checkpoints written after it), and a run stopped in it would never make its dev point. The pass is
+    marked as begun in the checkpoint's loop state, so that Lightning runs it again, whole, before the
+    next step."""
+    step = int(checkpoint.get("global_step", 0))
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.val_loop.batch_progress")
+    if step == 0 or step % val_every or not progress:
+        return
+    done = int(progress["total"]["completed"])
+    progress["total"] = {"ready": done + 1, "started": done + 1, "processed": done, "completed": done}
+    progress["current"] = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
+    progress["is_last_batch"] = False
 
 
 def _gather(acc: EvalAccumulator, world: int) -> EvalAccumulator:
