@@ -11,6 +11,7 @@ tokens.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -21,11 +22,12 @@ import pytorch_lightning as pl
 import torch
 
 from ablate.config import RunConfig, row_arch
-from ablate.config.arch import arch_of, criterion_of
+from ablate.config.arch import ARCHS, CRITERIA, CodeError, arch_of, criterion_of, researchers_folder
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
+from ablate.errors import raised_at, typed_line
 from ablate.nn.decode import CachedStepper, EnsembleStepper, beam_search, greedy_search
-from ablate.nn.loss import label_smoothed_loss
+from ablate.nn.loss import LossSums, label_smoothed_loss, optional
 from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
 from ablate.tasks import Metric, Scored, task_of
 
@@ -68,6 +70,11 @@ class Seq2SeqModule(pl.LightningModule):
         self.model = arch_of(cfg.model.arch).cls(model_cfg)
         # the row's criterion, with eps_ls (5.4) of the row under its recipe
         self.criterion = criterion_of(cfg.model.criterion)(row_arch(cfg).label_smoothing, PAD)
+        # a researcher's model and criterion: what they raise is told with its place in their files
+        self.theirs = {
+            "model": researchers_folder(cfg.model.arch, ARCHS),
+            "criterion": researchers_folder(cfg.model.criterion, CRITERIA),
+        }
         self.tokenizer, self.references = tokenizer, list(references)  # sentencepiece processor, dev refs
         self.scorer = scorer  # the task's: decoded dev outputs and references -> its figures
         self.metrics = metrics  # the task's declared dev figures: each logged as dev/<name>
@@ -106,15 +113,22 @@ class Seq2SeqModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         mb, b = batch
-        hidden = self.model(b.src, b.tgt_in)  # (B, T, d)
-        sums = self.criterion(self.model, hidden, b.tgt_out)
+        with self.their_code("model", "forward"):
+            hidden = self.model(b.src, b.tgt_in)  # (B, T, d)
+        with self.their_code("criterion", "call"):
+            sums = self.criterion(self.model, hidden, b.tgt_out)
+        if not isinstance(sums, LossSums):
+            raise CodeError(
+                f"model.criterion={self.cfg.model.criterion}: {type(self.criterion).__name__} returned "
+                f"{type(sums).__name__}, not ablate.nn.loss.LossSums (docs/models.md)"
+            )
         world = self.trainer.world_size if self.trainer else 1
         loss = sums.total() * (world * self.accumulate / mb.step_tokens)
         if not torch.isfinite(loss):
             step = self.global_step + 1
             if self.cfg.train.on_nonfinite == "skip":
                 self.print(f"step {step}: non-finite loss, micro-batch skipped (train.on_nonfinite=skip)")
-                self.criterion.skipped()
+                optional(self.criterion, "skipped")()
                 return None
             raise NonFiniteLoss(
                 f"non-finite training loss at step {step} (epoch {mb.epoch}, batch "
@@ -148,6 +162,20 @@ class Seq2SeqModule(pl.LightningModule):
             self.log("train/lr", self.lr_at(step), prog_bar=False)
             self.log("train/tokens_per_s", rate, prog_bar=True)
 
+    @contextlib.contextmanager
+    def their_code(self, which: str, what: str):
+        """An exception raised in a researcher's model or criterion (`which`) as a CodeError in one line:
+        its type and message, and the line of their file it came from."""
+        try:
+            yield
+        except Exception as e:
+            where = raised_at(e, self.theirs[which]) if self.theirs[which] else ""
+            if not where or isinstance(e, CodeError):  # the package's own code, or told already
+                raise
+            name = self.cfg.model.arch if which == "model" else self.cfg.model.criterion
+            raise CodeError(f"model.{'arch' if which == 'model' else which}={name}: its {what} raised "
+                            f"{typed_line(e)} at {where}") from e  # fmt: skip
+
     # -- evaluation ----------------------------------------------------------------------------------------
 
     def on_validation_epoch_start(self):
@@ -159,8 +187,9 @@ class Seq2SeqModule(pl.LightningModule):
         self.decode_dev = not in_fit or due
 
     def validation_step(self, b: Batch, batch_idx):
-        hidden = self.model(b.src, b.tgt_in)
-        sums = label_smoothed_loss(self.model.logits(hidden), b.tgt_out, 0.0, PAD, per_sentence=True)
+        with self.their_code("model", "forward"):
+            logits = self.model.logits(self.model(b.src, b.tgt_in))
+        sums = label_smoothed_loss(logits, b.tgt_out, 0.0, PAD, per_sentence=True)
         self.acc.nll += float(sums.nll)
         self.acc.tokens += int(sums.tokens)
         self.acc.index.append(b.index.cpu().numpy())
@@ -172,6 +201,10 @@ class Seq2SeqModule(pl.LightningModule):
 
     def translate(self, b: Batch, others: tuple[Seq2SeqModule, ...] = ()) -> list[list[int]]:
         """The search of decode.*; with `others`, over the ensemble of this model and theirs."""
+        with self.their_code("model", "search (encode, start_cache, step)"):
+            return self._search(b, others)
+
+    def _search(self, b: Batch, others: tuple[Seq2SeqModule, ...]) -> list[list[int]]:
         d = self.cfg.decode
         inner = CachedStepper(self.model)
         if others:
