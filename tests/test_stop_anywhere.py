@@ -103,7 +103,9 @@ def assert_same(a: dict, b: dict) -> None:
     assert a["checkpoints"].keys() == b["checkpoints"].keys()
     for name, weights in a["checkpoints"].items():
         theirs = b["checkpoints"][name]
-        assert weights.keys() == theirs.keys() and all(torch.equal(weights[k], theirs[k]) for k in weights), name
+        assert weights.keys() == theirs.keys() and all(torch.equal(weights[k], theirs[k]) for k in weights), (
+            name
+        )
 
 
 @pytest.mark.parametrize(("phase", "how"), CASES)

@@ -3,10 +3,10 @@
 
 Checkpoint averaging (6.1): base averages the last 5 checkpoints, big the last 20; Table 3 used none.
 Decoding is the run's own (beam 4, alpha 0.6, max length input + 50 by default); the figures are the task's
-(`Task.split_metrics`: for translation sacreBLEU and tokenized BLEU, ablate.tasks.bleu). Hypotheses are
-saved beside the record, and the figures, with the count of averaged checkpoints, as an evaluation of their
-own under its protocol (ablate.records.evaluations): the record stays as its run wrote it, and a reader
-shows the run's own figures unless asked for a protocol.
+(`Task.split_metrics`: for translation sacreBLEU and tokenized BLEU, ablate.tasks.bleu). The figures, with
+the count of averaged checkpoints, and the hypotheses are kept as an evaluation of their own under its
+protocol, its files in its own folder (ablate.records.evaluations): the record and the run's own files stay
+as its run wrote them, and a reader shows the run's own figures unless asked for a protocol.
 """
 
 from __future__ import annotations
