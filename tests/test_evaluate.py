@@ -210,7 +210,7 @@ def _write_evaluations(run_dir, writer, n, start, members):
         metrics = {"dev_bleu": float(writer * 1000 + i)}
         texts = {"dev_hyp": (".hyp.txt", f"{writer} {i}\n")}
         evaluations.write(
-            run_dir, "r", evaluations.Protocol("dev", 2, None, (15, 20), members), metrics, texts
+            run_dir, "r", evaluations.Protocol("dev", 2, None, (15, 20), members), metrics, texts=texts
         )
 
 

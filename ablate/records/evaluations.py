@@ -90,19 +90,21 @@ def write(
     run_id: str,
     protocol: Protocol,
     metrics: dict,
-    texts: dict[str, tuple[str, str]],
+    files: dict[str, str] | None = None,
     by_run: bool = False,
+    texts: dict[str, tuple[str, str]] | None = None,
 ) -> Path:
     """Keep one evaluation under the next free name for its protocol: its files first, in its own folder
     (`texts`: key -> (suffix, text), each written as `<tag><suffix>`), then its record, written whole
-    (`<name>.json`, which readers list). Two evaluations never take one name, even written at once."""
+    (`<name>.json`, which readers list), naming them with `files` (key -> a file the caller wrote, from
+    the run folder). Two evaluations never take one name, even written at once."""
     from ablate.records.folder import atomic_write_json, atomic_write_text, now
 
     folder = Path(run_dir) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
     with _claim(folder, protocol.tag) as name:
-        files = {}
-        for key, (suffix, text) in texts.items():
+        files = dict(files or {})
+        for key, (suffix, text) in (texts or {}).items():
             atomic_write_text(folder / name / f"{protocol.tag}{suffix}", text)
             files[key] = f"{FOLDER}/{name}/{protocol.tag}{suffix}"  # as a record's: from the run folder
         fact = {

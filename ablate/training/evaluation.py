@@ -116,7 +116,7 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
     texts = {f"{split}_hyp": (".hyp.txt", "\n".join(out) + "\n")} | {
         f"{split}_{suffix.split('.')[1]}": (suffix, text) for suffix, text in files.items()
     }  # the task's files beside the hypotheses: test_trees, test_evalb
-    evaluations.write(run_dir, rec["run_id"], protocol, metrics, texts, by_run)
+    evaluations.write(run_dir, rec["run_id"], protocol, metrics, by_run=by_run, texts=texts)
     return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
 
 
