@@ -109,6 +109,7 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
         logger = _logger(cfg, out) if rank0 else False
         trainer = _trainer(cfg, out, logger, _callbacks(cfg, out, clock, budget), io)
         trainer.fit(module, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
+        _last_dev_pass(cfg, trainer, module, dm, resume)
         times.trained()
         final = _final_eval(cfg, trainer, module, dm)
     except SIGTERMException:  # a stop signal: the checkpoint is written; who sent it decides the status
@@ -452,6 +453,19 @@ def _kept(row: dict, step: int) -> bool:
 
 
 # -- evaluating and recording ---------------------------------------------------------------------------
+
+
+def _last_dev_pass(cfg: RunConfig, trainer: pl.Trainer, module: Seq2SeqModule, dm, resume) -> None:
+    """A run resumed from a checkpoint of its last step, where a dev pass was due (module.redo_dev_pass):
+    Lightning's fit has no step left to make it at, so it is made here, as fit makes it (decoded where
+    train.decode_every says)."""
+    if resume is None or resume.step != trainer.global_step or resume.step % cfg.train.val_every:
+        return
+    module.fit_pass = True
+    try:
+        trainer.validate(module, dataloaders=dm.val_dataloader(), verbose=False)
+    finally:
+        module.fit_pass = False
 
 
 def _final_eval(cfg: RunConfig, trainer: pl.Trainer, module: Seq2SeqModule, dm: Seq2SeqData) -> dict:

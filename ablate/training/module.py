@@ -80,6 +80,7 @@ class Seq2SeqModule(pl.LightningModule):
         self.metrics = metrics  # the task's declared dev figures: each logged as dev/<name>
         self.budget = budget  # callbacks.Budget: its `progress` drives the cosine schedule's decay
         self.decode_dev = False  # decode the dev set in this validation pass (on_validation_epoch_start)
+        self.fit_pass = False  # a validate call that makes a dev pass of fit's (fit.last_dev_pass)
         self.acc = EvalAccumulator()
         self.aux_names: set[str] = set()  # the criterion's auxiliary terms seen so far (curves.jsonl)
         self.last_eval: dict = {}
@@ -182,7 +183,7 @@ class Seq2SeqModule(pl.LightningModule):
         self.acc = EvalAccumulator()
         # decode the dev set: at every train.decode_every-th evaluation during training, always outside fit
         every = self.cfg.train.decode_every
-        in_fit = self.trainer is not None and self.trainer.state.fn == "fit"
+        in_fit = self.fit_pass or (self.trainer is not None and self.trainer.state.fn == "fit")
         due = every > 0 and dev_pass_number(self.global_step, self.cfg) % every == 0
         self.decode_dev = not in_fit or due
 
