@@ -119,6 +119,12 @@ def test_a_run_stopped_in_any_phase_resumes_to_the_uninterrupted_runs_files(
         ends = {0}  # no step boundary follows where the stop could be made: the run ends as it would
     assert ends == {EXIT[how]}, stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
+    if how in ("SIGINT", "SIGTERM") and ends != {0}:  # the step it resumes from, not one it trains again
+        said = json.loads((run_dir(tmp_path) / "record.json").read_text())
+        last = torch.load(
+            run_dir(tmp_path) / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
+        )
+        assert said["status"] == "interrupted" and said["stopped_at_step"] == last["global_step"]
     again = run(tmp_path)
     assert again.returncode == 0, again.stderr[-3000:]
     folder = run_dir(tmp_path)
