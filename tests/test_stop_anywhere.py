@@ -114,11 +114,11 @@ def test_a_run_stopped_in_any_phase_resumes_to_the_uninterrupted_runs_files(
 ):
     stopped = run(tmp_path, **{STOP_ENV: f"{phase}@{AT[phase]}:{how}"})
     assert "injected fault" in stopped.stdout, stopped.stdout[-2000:] + stopped.stderr[-2000:]
-    # a stop signal with no step boundary after it (the final decode, the evaluation): the run ends
-    ends = 0 if how == "SIGTERM" and phase in ("final", "evaluation") else EXIT[how]
+    # a stop signal in the run's own evaluation, after training: the signal's default action, as a kill's
+    ends = -signal.SIGTERM if (phase, how) == ("evaluation", "SIGTERM") else EXIT[how]
     assert stopped.returncode == ends, stopped.stderr[-3000:]
     assert "Traceback" not in stopped.stderr, stopped.stderr[-3000:]
-    if how in ("SIGINT", "SIGTERM") and ends != 0:  # the step it resumes from, not one it trains again
+    if ends in (EXIT["SIGINT"], EXIT["SIGTERM"]):  # the step it resumes from, not one it trains again
         said = json.loads((run_dir(tmp_path) / "record.json").read_text())
         last = torch.load(
             run_dir(tmp_path) / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True
@@ -131,7 +131,7 @@ def test_a_run_stopped_in_any_phase_resumes_to_the_uninterrupted_runs_files(
     record = json.loads((folder / "record.json").read_text())
     processes = record["processes"]
     assert [p.get("ended") for p in processes][-1] == "finished"
-    assert len(processes) == (1 if ends == 0 else 2)
+    assert len(processes) == 2
     # the record's times are its processes' sums, and the wall time holds the training time
     assert record["wall_time_s"] == pytest.approx(sum(p["wall_time_s"] for p in processes))
     assert record["train_time_s"] == pytest.approx(sum(p["train_time_s"] for p in processes))
