@@ -169,13 +169,25 @@ class ProcessTimes:
         self.mine["train_time_s"] = self.train_s if self.train_s is not None else self._train_s()
         if ended:
             self.mine["ended"] = ended
-        processes = [*self.earlier.get("processes", []), dict(self.mine)]
+        processes = [*self._settled(self.earlier.get("processes", [])), dict(self.mine)]
         record.update(
             processes=processes,
             wall_time_s=sum(p["wall_time_s"] for p in processes),
             train_time_s=sum(p["train_time_s"] for p in processes),
         )
         return record
+
+    def _settled(self, earlier: list[dict]) -> list[dict]:
+        """A killed process's training counted up to the checkpoint this one resumed from (whose clock
+        says it), where its record was last written before that checkpoint (a kill during the write)."""
+        if self.clock is None or not earlier or earlier[-1]["ended"] != "killed":
+            return earlier
+        last = earlier[-1]
+        train = max(last["train_time_s"], self.clock.resumed_s - sum(p["train_time_s"] for p in earlier[:-1]))
+        return [
+            *earlier[:-1],
+            {**last, "train_time_s": train, "wall_time_s": max(last["wall_time_s"], train)},
+        ]
 
 
 def _earlier(rec_path: Path) -> dict:
