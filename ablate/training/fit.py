@@ -112,6 +112,8 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
         _last_dev_pass(cfg, trainer, module, dm, resume)
         times.trained()
         final = _final_eval(cfg, trainer, module, dm)
+        if rank0:  # the dev files, the run's own evaluation, then the finished record
+            record = _finish(cfg, out, record, trainer, module, dm, final, times)
     except SIGTERMException:  # a stop signal: the checkpoint is written; who sent it decides the status
         step = _resumes_at(io, resume)
         if rank0:
@@ -124,7 +126,6 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
         tracking.finish(logger)
         raise
     if rank0:
-        record = _finish(cfg, out, record, trainer, module, dm, final, times)
         _log_final(logger, record, final, dm.sources_text("dev"), module.references, module.metrics)
     tracking.finish(logger, [rec_path, out / "curves.jsonl", out / "dev_sentences.npz"])
     return record
