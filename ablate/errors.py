@@ -35,3 +35,16 @@ def os_error_line(e: OSError) -> str:
     """An OSError in one line: its file where it names one, else what was being done where that is known."""
     what = getattr(e, "ablate_doing", None)
     return first_line(e) + (f" ({what})" if what else "")
+
+
+def raised_at(e: BaseException, folders: list) -> str:
+    """'<file>:<line>' of the innermost frame of `e`'s traceback inside `folders` (a researcher's code),
+    or '' where none is."""
+    import traceback
+    from pathlib import Path
+
+    roots = [Path(f).resolve() for f in folders]
+    for frame in reversed(traceback.extract_tb(e.__traceback__)):
+        if any(Path(frame.filename).resolve().is_relative_to(r) for r in roots):
+            return f"{frame.filename}:{frame.lineno}"
+    return ""

@@ -73,7 +73,8 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     (ev,) = evaluations.read(run_dir, rec["run_id"])
     assert ev.protocol == Protocol("test", 2) and ev.protocol.steps == (15, 20)
     assert ev.metrics["test_averaged_checkpoints"] == 2 and ev.metrics["test_sentences"] == 40
-    assert ev.files["test_hyp"] == "test.avg2.hyp.txt" and (run_dir / "test.avg2.hyp.txt").is_file()
+    hyp = "evaluations/test.avg2/test.avg2.hyp.txt"  # in the evaluation's own folder
+    assert ev.files["test_hyp"] == hyp and (run_dir / hyp).is_file()
     assert not ev.by_run and ev.path == run_dir / "evaluations" / "test.avg2.json"
     # A curve point: only checkpoints up to step 10, its own hypotheses file and protocol.
     r = subprocess.run(
@@ -84,7 +85,7 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
         timeout=300,
     )
     assert r.returncode == 0, r.stderr[-2000:]
-    assert (run_dir / "test.step10.avg1.hyp.txt").is_file()
+    assert (run_dir / "evaluations" / "test.step10.avg1" / "test.step10.avg1.hyp.txt").is_file()
     assert (run_dir / "record.json").read_bytes() == written
     both = evaluations.read(run_dir, rec["run_id"])
     assert [e.protocol for e in both] == [Protocol("test", 2), Protocol("test", 1, 10)]
@@ -120,8 +121,10 @@ def test_evaluate_a_run_with_averaging(tmp_path, capsys):
     ens = evaluations.read(run_dir, rec["run_id"])[-1]
     assert ens.protocol == Protocol("test", 2, None, None, (second.name,))
     assert ens.protocol.tag.startswith("test.avg2.ens2-") and ens.protocol != Protocol("test", 2)
+    tag = ens.protocol.tag
     assert (
-        ens.files["test_hyp"] == f"{ens.protocol.tag}.hyp.txt" and (run_dir / ens.files["test_hyp"]).is_file()
+        ens.files["test_hyp"] == f"evaluations/{tag}/{tag}.hyp.txt"
+        and (run_dir / ens.files["test_hyp"]).is_file()
     )
     assert f"an ensemble with {second.name}" in ens.protocol.describe()
     for argv, message in [
@@ -205,7 +208,10 @@ def _write_evaluations(run_dir, writer, n, start, members):
     start.wait()
     for i in range(n):
         metrics = {"dev_bleu": float(writer * 1000 + i)}
-        evaluations.write(run_dir, "r", evaluations.Protocol("dev", 2, None, (15, 20), members), metrics, {})
+        texts = {"dev_hyp": (".hyp.txt", f"{writer} {i}\n")}
+        evaluations.write(
+            run_dir, "r", evaluations.Protocol("dev", 2, None, (15, 20), members), metrics, texts=texts
+        )
 
 
 @pytest.mark.parametrize("members", [(), ("r-s2",)], ids=["one run", "an ensemble"])
@@ -233,3 +239,58 @@ def test_evaluations_written_at_once_under_one_protocol_are_each_kept(tmp_path, 
     tag = evaluations.Protocol("dev", 2, members=members).tag
     assert {e.path.name for e in kept} == {f"{tag}.json", *(f"{tag}-{n}.json" for n in range(2, 201))}
     assert [p.name for p in (tmp_path / evaluations.FOLDER).iterdir() if p.name.startswith(".")] == []
+    for e in kept:  # each its own hypotheses, in a file no other evaluation names
+        writer, i = divmod(int(e.metrics["dev_bleu"]), 1000)
+        assert (tmp_path / e.files["dev_hyp"]).read_text() == f"{writer} {i}\n"
+    assert len({e.files["dev_hyp"] for e in kept}) == 200
+
+
+def test_an_evaluation_never_writes_over_the_runs_files_or_another_evaluations(tmp_path, capsys, monkeypatch):
+    """`ablate.evaluate --average 0 --split dev` decodes what the run decoded at its end: its hypotheses go
+    to a file of the evaluation's own, the run's dev.hyp.txt stays its training run's, and a second
+    evaluation under the same protocol takes a name of its own; a stopped one leaves its name free."""
+    import json
+
+    from ablate.evaluate import main
+    from ablate.records import evaluations, folder
+
+    args = ["scale=tiny", "recipe=tiny", "logger=none", "train.max_steps=6", "train.checkpoint_every=3",
+            "trainer.threads=1", f"results_dir={tmp_path}/r", f"data.cache_dir={tmp_path}/c"]  # fmt: skip
+    p = subprocess.run([sys.executable, "-m", "ablate.run", *args], cwd=ROOT, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-2000:]
+    run_dir = next(Path(tmp_path, "r").rglob("record.json")).parent
+    before = {f: (run_dir / f).read_bytes() for f in ("dev.hyp.txt", "dev_sentences.npz", "record.json")}
+    mtimes = {f: (run_dir / f).stat().st_mtime_ns for f in before}
+    (run_dir / "dev.hyp.txt").write_text("the training run's hypotheses\n")  # told apart from a decode's
+    before["dev.hyp.txt"] = (run_dir / "dev.hyp.txt").read_bytes()
+    mtimes["dev.hyp.txt"] = (run_dir / "dev.hyp.txt").stat().st_mtime_ns
+    # a first evaluation stopped by Ctrl-C after its files were written, before it was kept, and one
+    # killed there (its folder left, its lock free): the name stays free for the next
+    calls = []
+
+    def stop_at_record(path, obj):
+        calls.append(path)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(folder, "atomic_write_json", stop_at_record)
+    assert main([str(run_dir), "--average", "0", "--split", "dev", "--threads", "1"]) == 130
+    monkeypatch.undo()
+    assert calls and not list((run_dir / "evaluations").glob("*.json"))
+    killed = run_dir / "evaluations" / "dev"
+    killed.mkdir()
+    (killed / evaluations.WRITING).touch()
+    (killed / "dev.hyp.txt").write_text("half\n")
+    for _ in range(2):
+        assert main([str(run_dir), "--average", "0", "--split", "dev", "--threads", "1"]) == 0
+    capsys.readouterr()
+    assert {f: (run_dir / f).read_bytes() for f in before} == before
+    assert {f: (run_dir / f).stat().st_mtime_ns for f in before} == mtimes
+    rec = json.loads(before["record.json"])
+    kept = evaluations.read(run_dir, rec["run_id"])
+    assert [e.path.name for e in kept] == ["dev.json", "dev-2.json"]
+    assert [e.files["dev_hyp"] for e in kept] == [
+        "evaluations/dev/dev.hyp.txt",
+        "evaluations/dev-2/dev.hyp.txt",
+    ]
+    decoded = [(run_dir / e.files["dev_hyp"]).read_text() for e in kept]
+    assert decoded[0] == decoded[1] != before["dev.hyp.txt"].decode()  # the same weights, decoded twice

@@ -71,8 +71,23 @@ def test_a_models_widths_and_depths_take_the_scales_ratios_and_rates_do_not():
         (dict(arch="Transformer"), "model.arch=Transformer: not one of the package's (transformer) nor a"),
         (dict(arch="gru_model:GRUConfig"), "model.arch=gru_model:GRUConfig: not a torch.nn.Module subclass"),
         (dict(criterion="gru_model:Nope"), "model.criterion=gru_model:Nope: cannot load it (AttributeError"),
-        (dict(args={"layer": 1}), "model.args.layer: not a key of GRUConfig (did you mean layers?)"),
-        (dict(args={"vocab_size": 9}), "model.args.vocab_size: not a key of GRUConfig"),
+        (dict(args={"layer": 1}), "model.args.layer (set by row g): not a key of GRUConfig (did you mean "),
+        (dict(args={"vocab_size": 9}), "model.args.vocab_size (set by row g): not a key of GRUConfig"),
+        # each value of the model's own keys is of its config's type (an int is a number; a bool is not)
+        (
+            dict(args={"layers": "abc"}),
+            "model.args.layers='abc' (set by row g): not an integer, the type of ",
+        ),
+        (dict(args={"layers": 2.5}), "model.args.layers=2.5 (set by row g): not an integer, the type of "),
+        (dict(args={"dropout": True}), "model.args.dropout=True (set by row g): not a number, the type of "),
+        (
+            dict(args={"attention": "no"}),
+            "model.args.attention='no' (set by row g): not a boolean, the type ",
+        ),
+        (
+            dict(args={"d_model": "x"}, explicit=["args.d_model"]),
+            "model.args.d_model='x' (set by the command ",
+        ),
         (dict(d_k=32), "model.d_k: a key of the transformer; model.arch=gru_model:GRUSeq2Seq takes its own"),
     ],
 )
@@ -203,6 +218,105 @@ def test_the_command_line_refuses_a_model_that_cannot_load_and_a_row_key_in_one_
     last = p.stderr.strip().splitlines()[-1]
     assert "model.args.layers=1 gives 1, the same as its base's" in last and "Traceback" not in p.stderr
     assert not list(tmp_path.rglob("record.json"))
+
+
+def test_a_row_files_bad_value_or_misspelt_key_names_the_file_and_the_type(tmp_path):
+    """A key a row file sets under model.args, wrong in type or in name: one line naming the file that set
+    it (a row on its defaults list included), the key and the type; exit 2, no record."""
+    rows = tmp_path / "conf" / "model"
+    rows.mkdir(parents=True)
+    (rows / "gru_wide.yaml").write_text(
+        "defaults:\n  - gru\n  - _self_\nname: gru_wide\nargs: {d_model: wide}\n"
+    )
+    (rows / "gru_two.yaml").write_text(
+        "defaults:\n  - gru_wide\n  - _self_\nname: gru_two\nargs: {layer: 2}\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(USER_MODEL), ABLATE_RESULTS=str(tmp_path / "r"))
+    search = f"hydra.searchpath=[file://{tmp_path / 'conf'},file://{USER_MODEL}/conf]"
+    for row, said in [
+        ("gru_wide", f"error: model.args.d_model='wide' (set by row file {rows / 'gru_wide.yaml'}): not an "
+                     "integer, the type of GRUConfig.d_model"),
+        ("gru_two", f"error: model.args.d_model='wide' (set by row file {rows / 'gru_wide.yaml'}): not an "
+                    "integer, the type of GRUConfig.d_model"),  # the row it builds on set it
+    ]:  # fmt: skip
+        p = _run(["ablate.run", search, "experiment=gru", "logger=none", f"model={row}"], env, ok=(2,))
+        assert p.stderr.strip().splitlines()[-1] == said and "Traceback" not in p.stderr
+    (rows / "gru_wide.yaml").write_text(
+        "defaults:\n  - gru\n  - _self_\nname: gru_wide\nargs: {d_model: 32}\n"
+    )
+    p = _run(["ablate.run", search, "experiment=gru", "logger=none", "model=gru_two"], env, ok=(2,))
+    assert p.stderr.strip().splitlines()[-1] == (
+        f"error: model.args.layer (set by row file {rows / 'gru_two.yaml'}): not a key of GRUConfig (did you "
+        "mean layers?)"
+    )
+    assert not list(tmp_path.rglob("record.json"))
+
+
+FLAKY = """
+    import os
+
+    from gru_model import GRUSeq2Seq, ZLossCrossEntropy
+    from ablate.nn.loss import LabelSmoothedCrossEntropy
+
+
+    class Flaky(GRUSeq2Seq):
+        \"\"\"Its forward fails at the call BREAK_AT names (a bug the researcher then fixes).\"\"\"
+        calls = 0
+
+        def forward(self, src, tgt_in):
+            Flaky.calls += self.training
+            if self.training and Flaky.calls == int(os.environ.get("BREAK_AT", "0")):
+                raise ValueError("the researcher's bug")
+            return super().forward(src, tgt_in)
+
+
+    class TensorLoss(ZLossCrossEntropy):
+        def __call__(self, model, hidden, target):
+            return super().__call__(model, hidden, target).total()
+
+
+    class Plain:
+        \"\"\"A criterion that subclasses nothing of the package's: no skipped().\"\"\"
+
+        def __init__(self, label_smoothing, pad_id):
+            self.inner = LabelSmoothedCrossEntropy(label_smoothing, pad_id)
+
+        def __call__(self, model, hidden, target):
+            return self.inner(model, hidden, target)
+    """
+
+
+def test_a_researchers_failing_model_or_criterion_is_one_line_with_its_place_and_the_fixed_code_resumes(
+    tmp_path,
+):
+    (tmp_path / "my_code.py").write_text(textwrap.dedent(FLAKY))
+    line = next(n for n, t in enumerate(textwrap.dedent(FLAKY).splitlines(), 1) if "raise ValueError" in t)
+    env = dict(
+        os.environ, PYTHONPATH=f"{USER_MODEL}{os.pathsep}{tmp_path}", ABLATE_RESULTS=str(tmp_path / "r")
+    )
+    common = [f"hydra.searchpath=[file://{USER_MODEL}/conf]", "experiment=gru", "logger=none", "model=gru",
+              "trainer.threads=1", "trainer.progress_bar=false", "train.checkpoint_every=5"]  # fmt: skip
+    flaky = [*common, "model.arch=my_code:Flaky"]
+    p = _run(["ablate.run", *flaky], dict(env, BREAK_AT="8"), ok=(2,))
+    said = (f"model.arch=my_code:Flaky: its forward raised ValueError: the researcher's bug at "
+            f"{tmp_path / 'my_code.py'}:{line}")  # fmt: skip
+    assert p.stderr.strip().splitlines()[-1] == f"error: {said}" and "Traceback" not in p.stderr
+    (record,) = (tmp_path / "r").rglob("record.json")
+    rec = json.loads(record.read_text())
+    assert rec["status"] == "failed" and rec["reason"] == f"CodeError: {said}"
+    p = _run(["ablate.run", *flaky], env)  # fixed: the same command resumes from its checkpoint
+    assert "resuming from" in p.stdout and "(step 5)" in p.stdout
+    assert json.loads(record.read_text())["status"] == "finished"
+
+    p = _run(["ablate.run", *common, "model.criterion=my_code:TensorLoss", "seed=2"], env, ok=(2,))
+    assert p.stderr.strip().splitlines()[-1] == (
+        "error: model.criterion=my_code:TensorLoss: TensorLoss returned Tensor, not ablate.nn.loss.LossSums "
+        "(docs/models.md)"
+    )
+    # under train.on_nonfinite=skip a criterion without skipped() is skipped over, as the base's is
+    skip = [*common, "model.criterion=my_code:Plain", "seed=3", "train.on_nonfinite=skip"]
+    p = _run(["ablate.run", *skip], dict(env, ABLATE_FAULT_NAN_AT_STEP="3"))
+    assert "non-finite loss, micro-batch skipped" in p.stdout
 
 
 def _curves(run: Path) -> list[dict]:

@@ -186,3 +186,38 @@ def test_a_run_without_checkpoints_starts_its_curve_again(tmp_path):
     curves.write_text('{"step": 250, "dev_ppl": 9.0}\n')
     assert _resume_state(tmp_path / "checkpoints", curves) is None
     assert not curves.exists()
+
+
+def test_a_records_times_add_up_over_its_processes(tmp_path):
+    """wall_time_s and train_time_s are sums over the run's processes, each kept in `processes` with how
+    it ended; a process killed while its record was written counts its training up to the checkpoint the
+    next one resumed from (that checkpoint's clock), so the sums hold the curve's clock and wall time less
+    training time is never negative."""
+    from ablate.training.callbacks import TrainClock
+    from ablate.training.fit import ProcessTimes
+
+    rec_path = tmp_path / "record.json"
+    rec_path.write_text(
+        json.dumps(
+            {
+                "status": "running",
+                "started": "2026-01-01T00:00:00+0000",
+                "processes": [
+                    {"started": "a", "wall_time_s": 10.0, "train_time_s": 8.0, "ended": "interrupted"},
+                    {"started": "b", "wall_time_s": 3.0, "train_time_s": 2.0},  # killed: no word of it
+                ],
+            }
+        )
+    )
+    times = ProcessTimes(rec_path)
+    assert times.earlier["started"] == "2026-01-01T00:00:00+0000"  # the run's first process's
+    clock = times.clock = TrainClock()
+    clock.load_state_dict({"time_s": 13.0})  # the checkpoint it resumes from: 13 s trained so far
+    clock.on_train_start(None, None)
+    record = times.into({}, "finished")
+    first, killed, mine = record["processes"]
+    assert first["train_time_s"] == 8.0 and killed["ended"] == "killed" and mine["ended"] == "finished"
+    assert killed["train_time_s"] == 5.0 and killed["wall_time_s"] == 5.0  # 13 s less the first's 8 s
+    assert record["train_time_s"] == sum(p["train_time_s"] for p in record["processes"]) >= 13.0
+    assert record["wall_time_s"] == sum(p["wall_time_s"] for p in record["processes"])
+    assert all(p["wall_time_s"] >= p["train_time_s"] for p in record["processes"])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from dataclasses import MISSING, dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from ablate.config.scaling import arch_varied, effective_model, preset_name
@@ -104,6 +105,20 @@ def criterion_of(name: str) -> type:
     if not isinstance(cls, type):
         raise ConfigError(f"model.criterion={name}: not a class")
     return cls
+
+
+class CodeError(ConfigError):
+    """A researcher's model or criterion failed, told in one line: which, what it raised and where in the
+    researcher's file (a run ends `failed` with it, exit status 2)."""
+
+
+def researchers_folder(name: str, builtin: dict[str, str]) -> list[str]:
+    """The folder of the module a `module:Class` outside the package lives in ([] for the package's own)."""
+    if name in builtin:
+        return []
+    module = importlib.import_module(name.partition(":")[0])
+    file = getattr(module, "__file__", None)
+    return [str(Path(file).resolve().parent)] if file else []
 
 
 def require_search(cfg: RunConfig, command: str) -> None:
@@ -210,13 +225,108 @@ def check_arch(cfg: RunConfig) -> None:
                 f"model.{f.name}: a key of the transformer; model.arch={m.arch} takes its own keys as "
                 f"model.args.<key> ({', '.join(arch.row_keys)})"
             )
-    for key in m.args:
+    types = _key_types(arch)
+    for key, value in m.args.items():
         if key not in arch.row_keys:
             near = difflib.get_close_matches(str(key), arch.row_keys, n=1)
             hint = f"did you mean {near[0]}?" if near else f"keys: {', '.join(arch.row_keys)}"
-            raise ConfigError(f"model.args.{key}: not a key of {arch.config.__name__} ({hint})")
+            by = where_set(cfg, key)
+            raise ConfigError(f"model.args.{key} (set by {by}): not a key of {arch.config.__name__} ({hint})")
+        if key in types and not _fits(value, types[key]):
+            raise ConfigError(
+                f"model.args.{key}={value!r} (set by {where_set(cfg, key)}): not {_type_name(types[key])}, "
+                f"the type of {arch.config.__name__}.{key}"
+            )
     own_config(cfg, 8)  # its own checks (__post_init__), one line
     _check_own_meaning(cfg, arch)
+
+
+def _key_types(arch: Arch) -> dict[str, Any]:
+    """The declared type of each key of the model's config ({} where its annotations do not resolve)."""
+    import typing
+
+    try:
+        return typing.get_type_hints(arch.config)
+    except Exception:  # noqa: BLE001 - an annotation naming what its module cannot resolve: left unchecked
+        return {}
+
+
+def _fits(value: Any, tp: Any) -> bool:
+    """Whether a config value (YAML's or the command line's) is of type `tp`: an int fits a float, a bool
+    fits neither; a union any of its members; a list or tuple each item; a type not named here any value."""
+    import types
+    import typing
+
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_fits(value, a) for a in args)
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if tp is str:
+        return isinstance(value, str)
+    if origin in (list, tuple) or tp in (list, tuple):
+        if not isinstance(value, list | tuple):
+            return False
+        items = [a for a in args if a is not Ellipsis]
+        return len(items) != 1 or all(_fits(v, items[0]) for v in value)
+    return True
+
+
+def _type_name(tp: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
+        tp, f"of type {getattr(tp, '__name__', None) or str(tp).replace('typing.', '')}"
+    )
+
+
+def where_set(cfg: RunConfig, key: str) -> str:
+    """Who set model.args.<key>: the command line, or the row file that set it last (the row's own file or
+    one on its defaults list), looked up in the config folders Hydra searched."""
+    if f"args.{key}" in cfg.model.explicit:
+        return "the command line"
+    import yaml
+
+    from ablate.config.rows import resolve_row
+
+    folders = _config_folders()
+    found: list[Path] = []
+
+    def load(name: str) -> dict | None:
+        for f in folders:
+            path = f / "model" / f"{name}.yaml"
+            if path.is_file():
+                try:
+                    raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+                except (OSError, yaml.YAMLError):
+                    return None
+                if isinstance(raw, dict) and key in (raw.get("args") or {}):
+                    found.append(path)
+                return raw
+        return None
+
+    resolve_row(cfg.model.name, load)  # parents first, the row's own file last: the last setter wins
+    return f"row file {found[-1]}" if found else f"row {cfg.model.name}"
+
+
+def _config_folders() -> list[Path]:
+    """The config folders of this Hydra job, the researcher's first; the package's conf/ alone outside."""
+    package = Path(__file__).resolve().parents[2] / "conf"
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            sources = HydraConfig.get().runtime.config_sources
+            return [Path(s.path) for s in sources if s.schema == "file"] + [package]
+    except Exception:  # noqa: BLE001 - no Hydra job: the package's rows
+        pass
+    return [package]
 
 
 def _check_own_meaning(cfg: RunConfig, arch: Arch) -> None:

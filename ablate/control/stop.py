@@ -57,7 +57,7 @@ class StopAtStep(Callback):
     """Stop at an optimizer-step boundary once any rank was asked to, with last.ckpt written there. The
     stop itself comes at the next hook that follows the step (the next batch, or the dev evaluation due at
     that step), so that every callback has ended the step first (its curve row, its periodic checkpoint);
-    an evaluation due at the stop step is the resumed run's to skip (docs/reliability.md)."""
+    an evaluation due at the stop step is the resumed run's to make (training.module.redo_dev_pass)."""
 
     def __init__(self, last: Path):
         self.last, self.stopping = last, False

@@ -237,7 +237,30 @@ def label_smoothed_loss(
     return out
 
 
-class LabelSmoothedCrossEntropy:
+class Criterion:
+    """The criterion seam (`model.criterion`, docs/models.md): built as `Criterion(label_smoothing, pad_id)`,
+    called as `criterion(model, hidden (B, T, d), target (B, T))`, it returns the batch's LossSums. A
+    researcher's criterion may subclass it or not: training checks what a call returns (LossSums, else one
+    line naming the class), and calls each optional method below only where the criterion has it; here
+    each does nothing."""
+
+    def __init__(self, label_smoothing: float, pad_id: int):
+        self.eps, self.pad_id = label_smoothing, pad_id
+
+    def __call__(self, model: torch.nn.Module, hidden: Tensor, target: Tensor) -> LossSums:
+        raise NotImplementedError(f"{type(self).__name__} does not compute a loss (its __call__)")
+
+    def skipped(self) -> None:
+        """train.on_nonfinite=skip: the step's loss was not finite, no backward runs through its graph."""
+
+
+def optional(criterion: object, method: str):
+    """A criterion's optional method (Criterion's), or Criterion's own (nothing) where it has none."""
+    found = getattr(criterion, method, None)
+    return found if callable(found) else getattr(Criterion, method).__get__(criterion)
+
+
+class LabelSmoothedCrossEntropy(Criterion):
     """The paper's training loss (5.4) as a criterion: the default of `model.criterion`.
 
     A criterion is built with the row's eps_ls and the padding id, and called with the model, its
@@ -247,7 +270,7 @@ class LabelSmoothedCrossEntropy:
     names its output matrix (`output_weight`, logits = hidden @ W^T), else by the model's `logits`."""
 
     def __init__(self, label_smoothing: float, pad_id: int):
-        self.eps, self.pad_id = label_smoothing, pad_id
+        super().__init__(label_smoothing, pad_id)
         self.buffer = LogitsBuffer()
 
     def logits(self, model: torch.nn.Module, hidden: Tensor) -> tuple[Tensor, bool]:

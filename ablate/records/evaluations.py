@@ -4,22 +4,26 @@ output, not into the checkpoint).
 
 A protocol is what decides an evaluation's figures beyond the run: the split, the checkpoints averaged
 (0: last.ckpt), the step it stopped at (--until-step), the steps of the checkpoints it read, and the
-other runs it was searched with as an ensemble (--ensemble). Each
-evaluation is one file, `evaluations/<tag>.json`, written whole by the command that made it; another
-evaluation under the same protocol takes the next free name (`<tag>-2.json`), and readers show the newest
-of each protocol. A run folder's `evaluations.json` (one mapping for every split, written by earlier
-versions) is read as it is: its protocol is in it (`<split>_averaged_checkpoints`, its hypotheses' file
-names), and nothing rewrites it.
+other runs it was searched with as an ensemble (--ensemble). Each evaluation is one file,
+`evaluations/<tag>.json`, written whole by the command that made it, and its files (hypotheses, a task's
+trees) in a folder of the same name, `evaluations/<tag>/`: never the run's own files (its dev.hyp.txt is
+its training run's), never another evaluation's. Another evaluation under the same protocol takes the
+next free name (`<tag>-2`), and readers show the newest of each protocol; an evaluation stopped before its
+record was written leaves its name to the next one. A run folder's `evaluations.json` (one mapping for
+every split, written by earlier versions) is read as it is: its protocol is in it
+(`<split>_averaged_checkpoints`, its hypotheses' file names), and nothing rewrites it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
-import os
 import re
+import shutil
 import sys
-import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,40 +86,81 @@ class Evaluation:
 
 
 def write(
-    run_dir: Path, run_id: str, protocol: Protocol, metrics: dict, files: dict, by_run: bool = False
+    run_dir: Path,
+    run_id: str,
+    protocol: Protocol,
+    metrics: dict,
+    files: dict[str, str] | None = None,
+    by_run: bool = False,
+    texts: dict[str, tuple[str, str]] | None = None,
 ) -> Path:
-    """Keep one evaluation as a file of its own, under the next free name for its protocol: written whole
-    to a temporary file only this writer names, then linked to a name no other file has (os.link never
-    replaces a file: two evaluations never take one name, even written at once)."""
-    from ablate.records.folder import atomic_write_json, now
+    """Keep one evaluation under the next free name for its protocol: its files first, in its own folder
+    (`texts`: key -> (suffix, text), each written as `<tag><suffix>`), then its record, written whole
+    (`<name>.json`, which readers list), naming them with `files` (key -> a file the caller wrote, from
+    the run folder). Two evaluations never take one name, even written at once."""
+    from ablate.records.folder import atomic_write_json, atomic_write_text, now
 
     folder = Path(run_dir) / FOLDER
     folder.mkdir(parents=True, exist_ok=True)
-    fact = {
-        "schema_version": SCHEMA_VERSION,
-        "run_id": run_id,
-        "protocol": protocol.to_json(),
-        "metrics": metrics,
-        "files": files,
-        "made": now(),
-        "by": "ablate.run" if by_run else "ablate.evaluate",
-        "argv": sys.argv[1:],
-    }
-    fd, name = tempfile.mkstemp(dir=folder, prefix=f".{protocol.tag}.json.", suffix=".new")
-    os.close(fd)
-    tmp = Path(name)
-    try:
-        atomic_write_json(tmp, fact)
-        for n in range(1, 10_000):
-            path = folder / (f"{protocol.tag}.json" if n == 1 else f"{protocol.tag}-{n}.json")
-            try:
-                os.link(tmp, path)
-                return path
-            except FileExistsError:
+    with _claim(folder, protocol.tag) as name:
+        files = dict(files or {})
+        for key, (suffix, text) in (texts or {}).items():
+            atomic_write_text(folder / name / f"{protocol.tag}{suffix}", text)
+            files[key] = f"{FOLDER}/{name}/{protocol.tag}{suffix}"  # as a record's: from the run folder
+        fact = {
+            "schema_version": SCHEMA_VERSION,
+            "run_id": run_id,
+            "protocol": protocol.to_json(),
+            "metrics": metrics,
+            "files": files,
+            "made": now(),
+            "by": "ablate.run" if by_run else "ablate.evaluate",
+            "argv": sys.argv[1:],
+        }
+        atomic_write_json(folder / f"{name}.json", fact)
+        return folder / f"{name}.json"
+
+
+WRITING = ".writing"  # in an evaluation's folder while its writer holds it (flock): gone once it is kept
+
+
+@contextlib.contextmanager
+def _claim(folder: Path, tag: str) -> Iterator[str]:
+    """The first name of `tag` (`<tag>`, `<tag>-2`, ...) with no kept evaluation and no live writer: its
+    folder made (os.mkdir makes one folder once) or, where a stopped writer left it, taken over (its lock
+    is free); held under a lock while the evaluation is written; emptied and freed if writing fails."""
+    for n in range(1, 10_000):
+        name = tag if n == 1 else f"{tag}-{n}"
+        if (folder / f"{name}.json").exists():
+            continue
+        own = folder / name
+        try:
+            own.mkdir()
+        except FileExistsError:
+            if not (own / WRITING).is_file():  # its writer is between mkdir and its lock, or it is kept
                 continue
-        raise OSError(f"{folder}: 10,000 evaluations under protocol {protocol.tag}")
-    finally:
-        tmp.unlink(missing_ok=True)
+        lock = open(own / WRITING, "a")  # noqa: SIM115 - held across the yield
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # a live writer holds it
+            lock.close()
+            continue
+        if (folder / f"{name}.json").exists():  # kept meanwhile by the writer whose lock was just freed
+            lock.close()
+            continue
+        for old in own.iterdir():  # a stopped writer's files
+            if old.name != WRITING:
+                old.unlink() if old.is_file() else shutil.rmtree(old)
+        try:
+            yield name
+        except BaseException:
+            shutil.rmtree(own, ignore_errors=True)
+            raise
+        finally:
+            (own / WRITING).unlink(missing_ok=True)
+            lock.close()
+        return
+    raise OSError(f"{folder}: 10,000 evaluations under protocol {tag}")
 
 
 def read(run_dir: Path, run_id: str) -> list[Evaluation]:

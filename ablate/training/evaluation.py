@@ -3,10 +3,10 @@
 
 Checkpoint averaging (6.1): base averages the last 5 checkpoints, big the last 20; Table 3 used none.
 Decoding is the run's own (beam 4, alpha 0.6, max length input + 50 by default); the figures are the task's
-(`Task.split_metrics`: for translation sacreBLEU and tokenized BLEU, ablate.tasks.bleu). Hypotheses are
-saved beside the record, and the figures, with the count of averaged checkpoints, as an evaluation of their
-own under its protocol (ablate.records.evaluations): the record stays as its run wrote it, and a reader
-shows the run's own figures unless asked for a protocol.
+(`Task.split_metrics`: for translation sacreBLEU and tokenized BLEU, ablate.tasks.bleu). The figures, with
+the count of averaged checkpoints, and the hypotheses are kept as an evaluation of their own under its
+protocol, its files in its own folder (ablate.records.evaluations): the record and the run's own files stay
+as its run wrote them, and a reader shows the run's own figures unless asked for a protocol.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from omegaconf import OmegaConf
 
 from ablate.config import RunConfig, model_config, to_dataclass
 from ablate.config.arch import require_search
+from ablate.control import faults
 from ablate.errors import doing
-from ablate.records import evaluations, folder, store
+from ablate.records import evaluations, store
 from ablate.records.evaluations import Protocol
 from ablate.records.folder import step_checkpoints, step_of
 from ablate.tasks import task_of
@@ -98,7 +99,6 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
     dm = Seq2SeqData(cfg.data, prepared, cfg.train.max_tokens, 1, cfg.seed)
     dm.setup()
     split, refs = _split(dm, sp, run_dir, split, src, ref)
-    out = _decode(module, dm, sp, split, len(refs), others)
     protocol = Protocol(
         split,
         len(ckpts) if average or until_step is not None else 0,
@@ -108,16 +108,25 @@ def _evaluate(run_dir: Path, average, split, src, ref, until_step, by_run, ensem
         else (None if rec.get("steps") is None else (int(rec["steps"]),)),  # last.ckpt: the finished run's
         tuple(m.run_id for m in members),
     )
-    folder.atomic_write_text(run_dir / f"{protocol.tag}.hyp.txt", "\n".join(out) + "\n")
+    if by_run and (kept := _kept_by_run(run_dir, rec["run_id"], protocol)) is not None:
+        return kept  # a run stopped after its evaluation was kept, and resumed: it is not made twice
+    out = _decode(module, dm, sp, split, len(refs), others, by_run)
     figures, files = task.split_metrics(cfg, prepared, dm, split, out, refs)
     metrics = {**figures, f"{split}_sentences": len(out), f"{split}_averaged_checkpoints": len(ckpts)}
-    for suffix, text in files.items():
-        folder.atomic_write_text(run_dir / f"{protocol.tag}{suffix}", text)
-    files = {f"{split}_hyp": f"{protocol.tag}.hyp.txt"} | {
-        f"{split}_{suffix.split('.')[1]}": f"{protocol.tag}{suffix}" for suffix in files
+    texts = {f"{split}_hyp": (".hyp.txt", "\n".join(out) + "\n")} | {
+        f"{split}_{suffix.split('.')[1]}": (suffix, text) for suffix, text in files.items()
     }  # the task's files beside the hypotheses: test_trees, test_evalb
-    evaluations.write(run_dir, rec["run_id"], protocol, metrics, files, by_run)
+    evaluations.write(run_dir, rec["run_id"], protocol, metrics, by_run=by_run, texts=texts)
     return metrics if until_step is None else {**metrics, "step": protocol.steps[-1]}
+
+
+def _kept_by_run(run_dir: Path, run_id: str, protocol: Protocol) -> dict | None:
+    """The figures of the training run's own evaluation under `protocol` (of the same checkpoints), where
+    one is kept already."""
+    for e in evaluations.read(run_dir, run_id):
+        if e.by_run and e.protocol == protocol and e.protocol.steps == protocol.steps:
+            return e.metrics
+    return None
 
 
 @dataclass(frozen=True)
@@ -192,10 +201,12 @@ def _fits_one_batch(path: str, ids: list[list[int]], max_tokens: int) -> None:
             )
 
 
-def _decode(module, dm, sp, split: str, n: int, others: tuple = ()) -> list[str]:
+def _decode(module, dm, sp, split: str, n: int, others: tuple = (), by_run: bool = False) -> list[str]:
     hyps: dict[int, str] = {}
     with torch.no_grad():
         for b in dm.eval_batches(split):
             for i, h in zip(b.index.tolist(), module.translate(b, others)):
                 hyps[i] = sp.decode(h)
+            if by_run:
+                faults.at("evaluation")
     return [hyps[i] for i in range(n)]

@@ -76,7 +76,7 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
     out, rank0 = identity.run_dir(cfg), global_rank() == 0
     out.mkdir(parents=True, exist_ok=True)
     rec_path = out / store.RECORD_NAME
-    t_start = time.perf_counter()
+    times = ProcessTimes(rec_path)
     record = store.new_record(
         cfg,
         data={"name": cfg.data.name, **_data_facts(prepared)},
@@ -84,9 +84,11 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
         devices_assigned=assigned_devices(),  # hydra/launcher=gpus: the ids this job held
         **(facts or {}),
     )
+    record.update({k: v for k, v in times.earlier.items() if k == "started"})  # the run's first process's
+    times.into(record)
     if rank0:
         record = status.transition(rec_path, "start", record)
-    logger, trainer = None, None
+    logger, trainer, resume, io = None, None, None, AtomicCheckpointIO()
     try:
         resume = _resume_state(out / "checkpoints", out / "curves.jsonl")
         dm = Seq2SeqData(
@@ -94,7 +96,7 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
             resume_position=resume.position if resume else None,
         )  # fmt: skip
         dm.setup()
-        clock = TrainClock()  # before the callbacks that read it
+        clock = times.clock = TrainClock()  # before the callbacks that read it
         budget = _budget(cfg, out, clock)
         module = _module(cfg, prepared, dm, budget)
         if resume:
@@ -102,36 +104,108 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
         record.update(_model_facts(cfg, module))
         if rank0:
             status.update(rec_path, record)
+        if rank0:  # each checkpoint written keeps this process's times so far (a kill -9 loses no more)
+            io.after_save = lambda: status.update(rec_path, times.into(record))
         logger = _logger(cfg, out) if rank0 else False
-        trainer = _trainer(cfg, out, logger, _callbacks(cfg, out, clock, budget))
+        trainer = _trainer(cfg, out, logger, _callbacks(cfg, out, clock, budget), io)
         trainer.fit(module, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
-        train_time = clock.elapsed()  # across restarts: a resumed run counts its earlier processes' training
+        _last_dev_pass(cfg, trainer, module, dm, resume)
+        times.trained()
         final = _final_eval(cfg, trainer, module, dm)
+        if rank0:  # the dev files, the run's own evaluation, then the finished record
+            record = _finish(cfg, out, record, trainer, module, dm, final, times)
     except SIGTERMException:  # a stop signal: the checkpoint is written; who sent it decides the status
-        step = trainer.global_step if trainer else 0
+        step = _resumes_at(io, resume)
         if rank0:
-            status.update(rec_path, {**record, "stopped_at_step": step})
+            status.update(rec_path, {**times.into(record, "stopped"), "stopped_at_step": step})
         tracking.finish(logger)
         raise Preempted(step, out / "checkpoints" / "last.ckpt") from None
     except BaseException as e:  # record the failure (or Ctrl-C), then let the caller decide
         if rank0:
-            _record_failure(rec_path, record, e, trainer)
+            _record_failure(rec_path, times.into(record, "failed"), e, _resumes_at(io, resume))
         tracking.finish(logger)
         raise
     if rank0:
-        timing = {"wall_time_s": time.perf_counter() - t_start, "train_time_s": train_time}
-        record = _finish(cfg, out, record, trainer, module, dm, final, timing)
         _log_final(logger, record, final, dm.sources_text("dev"), module.references, module.metrics)
     tracking.finish(logger, [rec_path, out / "curves.jsonl", out / "dev_sentences.npz"])
     return record
 
 
-def _record_failure(path: Path, record: dict, e: BaseException, trainer) -> None:
+def _record_failure(path: Path, record: dict, e: BaseException, step: int) -> None:
     if _is_ctrl_c(e):
-        step = trainer.global_step if trainer else 0
+        record["processes"][-1]["ended"] = "interrupted"
         status.transition(path, "interrupt", record, status.CTRL_C, stopped_at_step=step)
     else:
         status.transition(path, "fail", record, typed_line(e), traceback=traceback.format_exc(limit=5))
+
+
+def _resumes_at(io: AtomicCheckpointIO, resume: ResumeState | None) -> int:
+    """The step a stopped run resumes from: its newest checkpoint's (this process's, else the one it
+    resumed from), never a step it trained past it and will train again."""
+    if io.saved_step is not None:
+        return io.saved_step
+    return resume.step if resume else 0
+
+
+class ProcessTimes:
+    """A run's times over its processes: each process's wall and training seconds kept in the record's
+    `processes` (with how it ended), the record's wall_time_s and train_time_s their sums. A process killed
+    (kill -9) keeps its times as of its last checkpoint, and the next process marks it `killed`."""
+
+    def __init__(self, rec_path: Path):
+        self.t0, self.clock, self.train_s = time.perf_counter(), None, None
+        self.earlier = _earlier(rec_path)  # `processes` and `started` of the record on disk
+        self.mine = {"started": folder.now(), "wall_time_s": 0.0, "train_time_s": 0.0}
+
+    def trained(self) -> None:
+        """Fit has ended: this process's training seconds stop here (its final decode is not training)."""
+        self.train_s = self._train_s()
+
+    def _train_s(self) -> float:
+        return 0.0 if self.clock is None else max(0.0, self.clock.elapsed() - self.clock.resumed_s)
+
+    def into(self, record: dict, ended: str | None = None) -> dict:
+        """`record` with this process's times as of now (and how it ended), and their sums."""
+        self.mine["wall_time_s"] = time.perf_counter() - self.t0
+        self.mine["train_time_s"] = self.train_s if self.train_s is not None else self._train_s()
+        if ended:
+            self.mine["ended"] = ended
+        processes = [*self._settled(self.earlier.get("processes", [])), dict(self.mine)]
+        record.update(
+            processes=processes,
+            wall_time_s=sum(p["wall_time_s"] for p in processes),
+            train_time_s=sum(p["train_time_s"] for p in processes),
+        )
+        return record
+
+    def _settled(self, earlier: list[dict]) -> list[dict]:
+        """A killed process's training counted up to the checkpoint this one resumed from (whose clock
+        says it), where its record was last written before that checkpoint (a kill during the write)."""
+        if self.clock is None or not earlier or earlier[-1]["ended"] != "killed":
+            return earlier
+        last = earlier[-1]
+        train = max(last["train_time_s"], self.clock.resumed_s - sum(p["train_time_s"] for p in earlier[:-1]))
+        return [
+            *earlier[:-1],
+            {**last, "train_time_s": train, "wall_time_s": max(last["wall_time_s"], train)},
+        ]
+
+
+def _earlier(rec_path: Path) -> dict:
+    """The processes an earlier record of this run kept, each ended (one that says nothing was killed), and
+    when its first began; nothing from a record that cannot be read (it is replaced as the run starts)."""
+    try:
+        old = json.loads(rec_path.read_text(encoding="utf-8"))
+        processes = [
+            {**p, "ended": p.get("ended", "killed")}
+            for p in old.get("processes") or []
+            if isinstance(p, dict) and isinstance(p.get("wall_time_s"), int | float)
+            and isinstance(p.get("train_time_s"), int | float)
+        ]  # fmt: skip
+    except (OSError, ValueError, AttributeError):
+        return {}
+    first = {"started": old["started"]} if processes and old.get("started") else {}
+    return {"processes": processes, **first}
 
 
 def _is_ctrl_c(e: BaseException) -> bool:
@@ -231,14 +305,15 @@ def _callbacks(cfg: RunConfig, out: Path, clock: TrainClock, budget: Budget | No
         save_top_k=cfg.train.keep_checkpoints,
         monitor="step",
         mode="max",
+        enable_version_counter=False,  # a step redone after a resume writes its own file again, not a -v1
     )
     callbacks = [
         ckpt,
-        StopAtStep(ckpt_dir / "last.ckpt"),
         clock,
         Curves(out / "curves.jsonl", clock),
         TimeLimit(cfg.train.max_minutes, clock),
         *([budget] if budget else []),
+        StopAtStep(ckpt_dir / "last.ckpt"),  # after Curves: a checkpoint of a step follows its curve row
         *faults.callbacks(),
     ]
     if _bar(cfg):
@@ -255,20 +330,33 @@ def _bar(cfg: RunConfig) -> bool:
 
 class AtomicCheckpointIO(TorchCheckpointIO):
     """Checkpoints are all or nothing: written beside their name, then renamed (a full disk or a kill leaves
-    the previous files as they were), and a failed write names the file."""
+    the previous files as they were), and a failed write names the file. `saved_step`: the step of the
+    newest checkpoint this process wrote whole (where its run resumes from)."""
+
+    saved_step: int | None = None
+    after_save = None  # called after each checkpoint written
 
     def save_checkpoint(self, checkpoint, path, storage_options=None) -> None:
         path = Path(path)
         tmp = path.with_name(f".{path.name}.tmp")
         try:
             super().save_checkpoint(checkpoint, tmp, storage_options)
+            faults.at("checkpoint", checkpoint.get("global_step"))
             os.replace(tmp, path)
         except OSError as e:
             tmp.unlink(missing_ok=True)
             raise CheckpointError(f"{path}: could not write the checkpoint ({e.strerror or e})") from None
+        except BaseException:  # Ctrl-C, or an error, mid-write: no half-written file left behind
+            tmp.unlink(missing_ok=True)
+            raise
+        self.saved_step = int(checkpoint.get("global_step", 0))
+        if self.after_save is not None:
+            self.after_save()
 
 
-def _trainer(cfg: RunConfig, out: Path, logger, callbacks: list[Callback]) -> pl.Trainer:
+def _trainer(
+    cfg: RunConfig, out: Path, logger, callbacks: list[Callback], io: AtomicCheckpointIO
+) -> pl.Trainer:
     t, accumulate = cfg.trainer, accumulation(cfg)
     strategy = t.strategy
     if strategy == "auto" and t.devices * t.num_nodes > 1:
@@ -281,7 +369,7 @@ def _trainer(cfg: RunConfig, out: Path, logger, callbacks: list[Callback]) -> pl
         num_nodes=t.num_nodes,
         precision=resolve_precision(t.precision, t.accelerator),
         strategy=strategy,
-        plugins=[AtomicCheckpointIO(), *filter(None, [slurm_environment()])],
+        plugins=[io, *filter(None, [slurm_environment()])],
         max_steps=total_steps(cfg),
         accumulate_grad_batches=accumulate,
         val_check_interval=cfg.train.val_every * accumulate,
@@ -322,38 +410,75 @@ class ResumeState:
 
 
 def _resume_state(ckpt_dir: Path, curves: Path) -> ResumeState | None:
-    """The newest checkpoint that loads (a kill -9 can truncate last.ckpt mid-write when it is not written
-    atomically; the step checkpoints beside it still hold the run). Curve rows after its step are dropped,
-    so that the resumed run does not write them twice."""
-    candidates = sorted(ckpt_dir.glob("step*.ckpt"), reverse=True)
-    if (ckpt_dir / "last.ckpt").is_file():
-        candidates.insert(0, ckpt_dir / "last.ckpt")
-    unreadable = []
-    for path in candidates:
+    """The newest checkpoint that loads, by its step (a kill -9 can truncate a checkpoint mid-write where
+    it is not written atomically, or fall between a step checkpoint and last.ckpt). What the run wrote
+    after that checkpoint goes, so that the resumed run writes it once, as an uninterrupted run does: the
+    curve rows after its step and the dev rows at it (a checkpoint comes before the dev pass of its step,
+    which the resumed run makes again: module.redo_dev_pass), the unreadable checkpoints of later steps
+    (the resumed run writes them again), and the temporary file of a write a kill cut short."""
+    for tmp in ckpt_dir.glob(".*.tmp"):
+        tmp.unlink()
+    unreadable, found = [], None
+    for path in _newest_first(ckpt_dir):
+        if found is not None and folder.step_of(path) <= found.step:  # last.ckpt is as new: read no more
+            break
         try:
             state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # noqa: BLE001 - any unreadable file is the same problem: try the next one
-            unreadable.append(path.name)
+            unreadable.append(path)
             continue
-        found = ResumeState(path, state)
+        if found is None or int(state.get("global_step", 0)) > found.step:
+            found = ResumeState(path, state)
+        if path.name != "last.ckpt":  # last.ckpt may be older than the newest step checkpoint: read both
+            break
+    if found is None:
         if unreadable:
-            print(f"[ablate] skipped unreadable checkpoint(s): {', '.join(unreadable)}")
-        if curves.is_file():
-            rows = [r for r in curves.read_text().splitlines() if r and json.loads(r)["step"] <= found.step]
-            folder.atomic_write_text(curves, "".join(r + "\n" for r in rows))
-        print(f"[ablate] resuming from {path} (step {found.step})")
-        return found
+            raise CheckpointError(
+                f"{ckpt_dir}: no readable checkpoint ({', '.join(p.name for p in unreadable)}); delete them "
+                "to restart the run, or resume=false"
+            )
+        if curves.is_file():  # no checkpoint (killed before the first, or the folder copied without them):
+            curves.unlink()  # the run starts from step 0, so the curve starts again with it
+        return None
     if unreadable:
-        raise CheckpointError(
-            f"{ckpt_dir}: no readable checkpoint ({', '.join(unreadable)}); delete them to restart the run, "
-            "or resume=false"
-        )
-    if curves.is_file():  # no checkpoint (killed before the first, or the folder copied without them):
-        curves.unlink()  # the run starts from step 0, so the curve starts again with it
-    return None
+        print(f"[ablate] skipped unreadable checkpoint(s): {', '.join(p.name for p in unreadable)}")
+    for path in unreadable:
+        if path.name != "last.ckpt" and folder.step_of(path) > found.step:
+            path.unlink()
+    if curves.is_file():
+        rows = [r for r in curves.read_text().splitlines() if r and _kept(json.loads(r), found.step)]
+        folder.atomic_write_text(curves, "".join(r + "\n" for r in rows))
+    print(f"[ablate] resuming from {found.path} (step {found.step})")
+    return found
+
+
+def _newest_first(ckpt_dir: Path) -> list[Path]:
+    candidates = folder.step_checkpoints(ckpt_dir)[::-1]
+    if (ckpt_dir / "last.ckpt").is_file():
+        candidates.insert(0, ckpt_dir / "last.ckpt")
+    return candidates
+
+
+def _kept(row: dict, step: int) -> bool:
+    """A curve row that a run resumed from a checkpoint of `step` keeps: the rows before it, and its training
+    row (written before the checkpoint); its dev rows come again with the dev pass it makes again."""
+    return row["step"] < step or (row["step"] == step and "dev_ppl" not in row)
 
 
 # -- evaluating and recording ---------------------------------------------------------------------------
+
+
+def _last_dev_pass(cfg: RunConfig, trainer: pl.Trainer, module: Seq2SeqModule, dm, resume) -> None:
+    """A run resumed from a checkpoint of its last step, where a dev pass was due (module.redo_dev_pass):
+    Lightning's fit has no step left to make it at, so it is made here, as fit makes it (decoded where
+    train.decode_every says)."""
+    if resume is None or resume.step != trainer.global_step or resume.step % cfg.train.val_every:
+        return
+    module.fit_pass = True
+    try:
+        trainer.validate(module, dataloaders=dm.val_dataloader(), verbose=False)
+    finally:
+        module.fit_pass = False
 
 
 def _final_eval(cfg: RunConfig, trainer: pl.Trainer, module: Seq2SeqModule, dm: Seq2SeqData) -> dict:
@@ -363,15 +488,22 @@ def _final_eval(cfg: RunConfig, trainer: pl.Trainer, module: Seq2SeqModule, dm: 
     return dict(module.last_eval)
 
 
-def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
-    """Rank 0: write the dev outputs and the finished record; under average_last, decode the test set."""
+def _finish(cfg, out, record, trainer, module, dm, final, times: ProcessTimes) -> dict:
+    """Rank 0: write the dev outputs; under average_last, decode the test set (its evaluation kept before
+    the record says finished: a run stopped in it does it again as it resumes); write the finished
+    record."""
     _write_outputs(out, final)
+    test = {}
+    if cfg.train.average_last and "test" in dm.splits:  # Table 2: average, decode the test set
+        from ablate.training.evaluation import evaluate_run
+
+        test = evaluate_run(out, cfg.train.average_last, by_run=True)
     tokens = module.train_tokens * trainer.world_size
+    times.into(record, "finished")
     record.update(
         steps=trainer.global_step,
         target_tokens=tokens,
-        **timing,
-        tokens_per_s=tokens / max(timing["train_time_s"], 1e-9),
+        tokens_per_s=tokens / max(record["train_time_s"], 1e-9),
         flops_estimate=6.0 * record["params"] * tokens,
         device=device_name(trainer),
         precision=str(trainer.precision),  # what ran: trainer.precision=auto resolves per machine
@@ -391,12 +523,7 @@ def _finish(cfg, out, record, trainer, module, dm, final, timing: dict) -> dict:
     if "train/loss" in m:
         record["metrics"]["train_loss"] = float(m["train/loss"])
     record = status.transition(out / store.RECORD_NAME, "finish", record)
-    if cfg.train.average_last and "test" in dm.splits:  # Table 2: average, decode the test set
-        from ablate.training.evaluation import evaluate_run
-
-        test = evaluate_run(out, cfg.train.average_last, by_run=True)
-        record = {**record, "metrics": {**record["metrics"], **test}}
-    return record
+    return {**record, "metrics": {**record["metrics"], **test}} if test else record
 
 
 def _write_outputs(out: Path, final: dict) -> None:

@@ -11,6 +11,7 @@ tokens.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -21,11 +22,12 @@ import pytorch_lightning as pl
 import torch
 
 from ablate.config import RunConfig, row_arch
-from ablate.config.arch import arch_of, criterion_of
+from ablate.config.arch import ARCHS, CRITERIA, CodeError, arch_of, criterion_of, researchers_folder
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
+from ablate.errors import raised_at, typed_line
 from ablate.nn.decode import CachedStepper, EnsembleStepper, beam_search, greedy_search
-from ablate.nn.loss import label_smoothed_loss
+from ablate.nn.loss import LossSums, label_smoothed_loss, optional
 from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
 from ablate.tasks import Metric, Scored, task_of
 
@@ -68,11 +70,17 @@ class Seq2SeqModule(pl.LightningModule):
         self.model = arch_of(cfg.model.arch).cls(model_cfg)
         # the row's criterion, with eps_ls (5.4) of the row under its recipe
         self.criterion = criterion_of(cfg.model.criterion)(row_arch(cfg).label_smoothing, PAD)
+        # a researcher's model and criterion: what they raise is told with its place in their files
+        self.theirs = {
+            "model": researchers_folder(cfg.model.arch, ARCHS),
+            "criterion": researchers_folder(cfg.model.criterion, CRITERIA),
+        }
         self.tokenizer, self.references = tokenizer, list(references)  # sentencepiece processor, dev refs
         self.scorer = scorer  # the task's: decoded dev outputs and references -> its figures
         self.metrics = metrics  # the task's declared dev figures: each logged as dev/<name>
         self.budget = budget  # callbacks.Budget: its `progress` drives the cosine schedule's decay
         self.decode_dev = False  # decode the dev set in this validation pass (on_validation_epoch_start)
+        self.fit_pass = False  # a validate call that makes a dev pass of fit's (fit.last_dev_pass)
         self.acc = EvalAccumulator()
         self.aux_names: set[str] = set()  # the criterion's auxiliary terms seen so far (curves.jsonl)
         self.last_eval: dict = {}
@@ -80,7 +88,6 @@ class Seq2SeqModule(pl.LightningModule):
         self._t0 = time.perf_counter()
         self._tokens_since = 0
         self.train_tokens = 0
-        self.n_evals = 0
         self._restored_rng: dict = {}
 
     # -- optimization --------------------------------------------------------------------------------------
@@ -107,15 +114,22 @@ class Seq2SeqModule(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         mb, b = batch
-        hidden = self.model(b.src, b.tgt_in)  # (B, T, d)
-        sums = self.criterion(self.model, hidden, b.tgt_out)
+        with self.their_code("model", "forward"):
+            hidden = self.model(b.src, b.tgt_in)  # (B, T, d)
+        with self.their_code("criterion", "call"):
+            sums = self.criterion(self.model, hidden, b.tgt_out)
+        if not isinstance(sums, LossSums):
+            raise CodeError(
+                f"model.criterion={self.cfg.model.criterion}: {type(self.criterion).__name__} returned "
+                f"{type(sums).__name__}, not ablate.nn.loss.LossSums (docs/models.md)"
+            )
         world = self.trainer.world_size if self.trainer else 1
         loss = sums.total() * (world * self.accumulate / mb.step_tokens)
         if not torch.isfinite(loss):
             step = self.global_step + 1
             if self.cfg.train.on_nonfinite == "skip":
                 self.print(f"step {step}: non-finite loss, micro-batch skipped (train.on_nonfinite=skip)")
-                self.criterion.skipped()
+                optional(self.criterion, "skipped")()
                 return None
             raise NonFiniteLoss(
                 f"non-finite training loss at step {step} (epoch {mb.epoch}, batch "
@@ -149,18 +163,34 @@ class Seq2SeqModule(pl.LightningModule):
             self.log("train/lr", self.lr_at(step), prog_bar=False)
             self.log("train/tokens_per_s", rate, prog_bar=True)
 
+    @contextlib.contextmanager
+    def their_code(self, which: str, what: str):
+        """An exception raised in a researcher's model or criterion (`which`) as a CodeError in one line:
+        its type and message, and the line of their file it came from."""
+        try:
+            yield
+        except Exception as e:
+            where = raised_at(e, self.theirs[which]) if self.theirs[which] else ""
+            if not where or isinstance(e, CodeError):  # the package's own code, or told already
+                raise
+            name = self.cfg.model.arch if which == "model" else self.cfg.model.criterion
+            raise CodeError(f"model.{'arch' if which == 'model' else which}={name}: its {what} raised "
+                            f"{typed_line(e)} at {where}") from e  # fmt: skip
+
     # -- evaluation ----------------------------------------------------------------------------------------
 
     def on_validation_epoch_start(self):
         self.acc = EvalAccumulator()
         # decode the dev set: at every train.decode_every-th evaluation during training, always outside fit
         every = self.cfg.train.decode_every
-        in_fit = self.trainer is not None and self.trainer.state.fn == "fit"
-        self.decode_dev = not in_fit or (every > 0 and (self.n_evals + 1) % every == 0)
+        in_fit = self.fit_pass or (self.trainer is not None and self.trainer.state.fn == "fit")
+        due = every > 0 and dev_pass_number(self.global_step, self.cfg) % every == 0
+        self.decode_dev = not in_fit or due
 
     def validation_step(self, b: Batch, batch_idx):
-        hidden = self.model(b.src, b.tgt_in)
-        sums = label_smoothed_loss(self.model.logits(hidden), b.tgt_out, 0.0, PAD, per_sentence=True)
+        with self.their_code("model", "forward"):
+            logits = self.model.logits(self.model(b.src, b.tgt_in))
+        sums = label_smoothed_loss(logits, b.tgt_out, 0.0, PAD, per_sentence=True)
         self.acc.nll += float(sums.nll)
         self.acc.tokens += int(sums.tokens)
         self.acc.index.append(b.index.cpu().numpy())
@@ -172,6 +202,10 @@ class Seq2SeqModule(pl.LightningModule):
 
     def translate(self, b: Batch, others: tuple[Seq2SeqModule, ...] = ()) -> list[list[int]]:
         """The search of decode.*; with `others`, over the ensemble of this model and theirs."""
+        with self.their_code("model", "search (encode, start_cache, step)"):
+            return self._search(b, others)
+
+    def _search(self, b: Batch, others: tuple[Seq2SeqModule, ...]) -> list[list[int]]:
         d = self.cfg.decode
         inner = CachedStepper(self.model)
         if others:
@@ -212,7 +246,6 @@ class Seq2SeqModule(pl.LightningModule):
             for m in self.metrics:
                 if m.record_key in scored.figures:
                     self.log(f"dev/{m.name}", scored.figures[m.record_key], rank_zero_only=True)
-        self.n_evals += 1
 
     # -- checkpoint state beyond Lightning's: the data position ---------------------------------------------
 
@@ -225,6 +258,7 @@ class Seq2SeqModule(pl.LightningModule):
         }
 
     def on_load_checkpoint(self, checkpoint):
+        redo_dev_pass(checkpoint, self.cfg.train.val_every)
         state = checkpoint.get("ablate", {})
         self.last_position = tuple(state["position"]) if state.get("position") else None
         self.train_tokens = state.get("train_tokens", 0)
@@ -238,6 +272,28 @@ class Seq2SeqModule(pl.LightningModule):
             torch.set_rng_state(state["rng_cpu"])
         if state.get("rng_cuda") and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng_cuda"])
+
+
+def dev_pass_number(step: int, cfg: RunConfig) -> int:
+    """Which dev pass of the run the one at `step` is, counted from the run's start (not the process's):
+    the passes come every train.val_every steps, and one more at a step where training stops early."""
+    return -(-step // cfg.train.val_every)
+
+
+def redo_dev_pass(checkpoint: dict, val_every: int) -> None:
+    """A checkpoint is written at the end of its step (ModelCheckpoint's and the stop's, on_train_batch_end),
+    before the dev pass due at that step; Lightning, restarting there, takes that pass as done (it expects
+    checkpoints written after it), and a run stopped in it would never make its dev point. The pass is
+    marked as begun in the checkpoint's loop state, so that Lightning runs it again, whole, before the
+    next step."""
+    step = int(checkpoint.get("global_step", 0))
+    progress = checkpoint.get("loops", {}).get("fit_loop", {}).get("epoch_loop.val_loop.batch_progress")
+    if step == 0 or step % val_every or not progress:
+        return
+    done = int(progress["total"]["completed"])
+    progress["total"] = {"ready": done + 1, "started": done + 1, "processed": done, "completed": done}
+    progress["current"] = {"ready": 0, "started": 0, "processed": 0, "completed": 0}
+    progress["is_last_batch"] = False
 
 
 def _gather(acc: EvalAccumulator, world: int) -> EvalAccumulator:
