@@ -350,7 +350,10 @@ def test_a_researchers_own_model_goes_through_every_command(tmp_path):
 
     sweep = ["ablate.run", "-m", *common, "model=base,gru,gru_noattn", "seed=1,2"]
     plan = _run([*sweep, "--plan"], env).stdout
-    assert "plan of 6 runs: 1 finished, 5 to train" in plan and "attention False, 20 steps" in plan
+    assert (
+        "plan of 6 runs: 1 finished, 5 to train" in plan
+        and "attention False, eps_ls 0.1, criterion gru_model:ZLossCrossEntropy, 20 steps" in plan
+    )
     _run(sweep, env)
     out = _run(["ablate.evaluate", str(run), "--average", "2", "--split", "test", "--threads", "1"], env)
     assert "test_averaged_checkpoints    2" in out.stdout

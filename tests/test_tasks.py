@@ -298,9 +298,12 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     assert _run_printed(missing[0], env, results) == {("base", 3), ("wide", 3)}
     # the decide command names its rows and seeds, and trains exactly the cells it names that are not
     # trained yet (on every path: no branch of this test asserts nothing)
-    decide = _cmd([*report, "--decide-command"], env).stdout.strip()
-    lines = decide.splitlines()  # undecided rows: one command a distinct list of seeds
-    assert lines and all(ln.startswith("python -m ablate.run ") and _asked(ln) for ln in lines), decide
+    said = _cmd([*report, "--decide-command"], env)
+    lines = said.stdout.strip().splitlines()  # undecided rows: one command a distinct list of seeds
+    assert all(ln.startswith("python -m ablate.run ") and _asked(ln) for ln in lines), said.stdout
+    # a command exactly where some decision line of the table says how many seeds would decide it
+    decisions = [ln for ln in _cmd(report, env).stdout.splitlines() if ln.startswith("decision: ")]
+    assert decisions and bool(lines) == any("would decide it" in ln for ln in decisions), (decisions, said)
     for line in lines:
         expected = _asked(line) - set(_cells(results))
         assert _run_printed(line, env, results) == expected
@@ -309,7 +312,8 @@ def test_a_researchers_own_task_goes_through_every_command(tmp_path):
     source = (user / "reverse_task.py").read_text()
     (user / "reverse_task.py").write_text(source.replace("100.0 * hits.mean()", "99.0 * hits.mean()"))
     table = _cmd(report, env).stdout
-    assert "| base † | 3 |" in table and f"its task's {user}/reverse_task.py" in table
+    assert "| base † | 3 |" in table and "its task's user_task/reverse_task.py" in table
+    assert str(user) not in table  # the file by its place in the study, not by this machine's path
     said = _cmd(sweep, env).stdout
     assert (
         said.count("is finished but stale (code changed") == 4 and "with resume=false trains it again" in said
