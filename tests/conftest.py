@@ -1,4 +1,5 @@
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -43,3 +44,14 @@ def ptb_sample_dir() -> Path:
 _SCRATCH = Path(tempfile.mkdtemp(prefix="ablate-tests-"))
 os.environ["ABLATE_RESULTS"] = str(_SCRATCH / "results")
 os.environ["ABLATE_CACHE"] = str(_SCRATCH / "cache")
+
+
+@pytest.fixture(autouse=True)
+def _each_test_in_the_package_study(monkeypatch):
+    """A command called in-process from a study's folder names its study for the processes it starts
+    ($ABLATE_STUDY, $PYTHONPATH, sys.path: ablate.config.study.enter); the next test starts without it."""
+    for name in ("ABLATE_STUDY", "PYTHONPATH"):
+        monkeypatch.setenv(name, os.environ.get(name, ""))  # recorded, so restored (or unset) after
+        if not os.environ[name]:
+            monkeypatch.delenv(name)
+    monkeypatch.setattr(sys, "path", list(sys.path))

@@ -153,17 +153,17 @@ def test_the_dashboard_compares_each_group_with_the_reference():
 # ---- --missing-command: the study's own rows
 
 
-def _gru_study(root: Path) -> Path:
-    """A model study (docs/models.md's GRU rows) with its own reference row, gru; gru has seeds 1 and 2,
-    gru_1layer seed 1."""
+def _gru_study(root: Path, seeds=(("gru", (1, 2)), ("gru_1layer", (1,)))) -> Path:
+    """A model study (docs/models.md's GRU rows) with its own reference row, gru; by default gru has seeds
+    1 and 2, gru_1layer seed 1."""
     from ablate.report.collect import load_row_model
 
     (root / "conf").mkdir(parents=True)
     shutil.copytree(USER_MODEL / "conf" / "model", root / "conf" / "model")
     (root / "study.yaml").write_text("reference: gru\n")
-    for row, seeds in (("gru", (1, 2)), ("gru_1layer", (1,))):
+    for row, row_seeds in seeds:
         model = asdict(load_row_model(root / "conf" / "model" / f"{row}.yaml"))
-        for s in seeds:
+        for s in row_seeds:
             path = _write_run(root / "results", row, s) / "record.json"
             rec = json.loads(path.read_text())
             rec["config"]["model"], rec["group"] = model, model["group"]  # as the row file composes it
@@ -306,3 +306,34 @@ def test_a_report_names_no_absolute_folder(table):
     assert main(["table3", *ARGS[4:], "--results", str(outside / "runs"), "--conf", "conf/model"]) == 0
     text = (table / "reports" / "table3.md").read_text()
     assert str(outside) not in text and f"read from `…/{outside.name}/runs`" in text
+
+
+def test_a_model_studys_decisions_and_planned_seeds_are_against_its_own_reference(
+    tmp_path, monkeypatch, capsys
+):
+    """docs/models.md's GRU study, reference gru: gru_noattn's dev PPL (+4.0, seeds spread 0.1) is decided
+    worse than gru, gru_1layer's (+0.2) is not yet; the decide command brings gru_1layer and gru itself to
+    the same seeds (the reference to the most any row asks) and names no Transformer row; the report reads
+    no claim or paper figure of Table 3, which is not this study's paper."""
+    ppl = {"gru": (5.0, 5.1, 4.9), "gru_1layer": (5.2, 5.3, 5.1), "gru_noattn": (9.0, 9.1, 8.9)}
+    study = _gru_study(tmp_path / "kernels", [(row, (1, 2, 3)) for row in ppl])
+    for row, values in ppl.items():
+        for seed, value in enumerate(values, 1):
+            (path,) = (study / "results" / row).glob(f"*-s{seed}/record.json")
+            rec = json.loads(path.read_text())
+            rec["metrics"]["dev_ppl"] = value
+            path.write_text(json.dumps(rec))
+    monkeypatch.chdir(study)
+    assert main(["table3", "--results", "results", "--decide-command"]) == 0
+    out, err = capsys.readouterr()
+    (command,) = out.splitlines()
+    words = dict(w.split("=", 1) for w in command.split() if "=" in w)
+    assert words["model"] == "gru,gru_1layer" and words["seed"] == "4,5,6,7", command
+    assert "seeds a side that decide them: gru 7, gru_1layer 7" in err
+    assert main(["table3", "--results", "results", "--out", "r.md", "--no-plots"]) == 0
+    text = (study / "r.md").read_text()
+    decisions = [ln for ln in text.splitlines() if ln.startswith("- gru")]
+    worse, undecided = "- gru_noattn against gru PPL: worse; Δ", "- gru_1layer against gru PPL: undecided; Δ"
+    assert any(ln.startswith(f"{worse} of the means +4.00") for ln in decisions), decisions
+    assert any(ln.startswith(f"{undecided} of the means +0.20") for ln in decisions), decisions
+    assert "Each row against gru" in text and "section 6.2" not in text and "base" not in text

@@ -15,11 +15,11 @@ from typing import Any
 from ablate import paper
 from ablate.config import DEFAULT_TASK, ModelConfig
 from ablate.config.rows import ordered
-from ablate.config.study import DEFAULT_REFERENCE
+from ablate.config.study import DEFAULT_REFERENCE, current_study
 from ablate.report import stats
 from ablate.report.collect import Collection, Run
 from ablate.report.render import raised_at
-from ablate.tasks import PPL, Metric, Task, task_of
+from ablate.tasks import BUILTIN, PPL, Metric, Task, task_of
 
 OPPOSITE = "opposite sign to the paper"
 
@@ -229,8 +229,8 @@ def analyse(
     a t-test and a hierarchical bootstrap, and Holm's correction across the rows (per metric and per
     test), beside the task's paper's figures."""
     task = task or task_of(DEFAULT_TASK)
-    table = paper_of(task)
     ref = reference or coll.reference
+    table = paper_of(task, ref)
     an = Analysis([], coll, n_boot, [], (PPL, *task.metrics), table, task, ref)
     order = rows or ordered(set(table.figures if table else ()) | set(coll.runs))
     results = [_row_result(an, row) for row in order]
@@ -260,9 +260,20 @@ def paper_delta(an: Analysis, row: str, metric: str) -> float | None:
     return None if mine is None or theirs is None else round(mine - theirs, 6)
 
 
-def paper_of(task: Task) -> paper.PaperTable | None:
-    """The task's paper's table, or None where it declares none."""
-    path = task.paper_file("paper_table")
+def paper_file(task: Task, which: str, reference: str):
+    """The file of the task's `paper_table` or `paper_claims`. A package task's paper is this paper: a study
+    of its own reads it only where its reference row is one of the paper's rows (a study of Table 3 against
+    another row); a study of another model (reference gru, say) has its own paper or none."""
+    path = task.paper_file(which)
+    if path is None or task.name not in BUILTIN or current_study().root is None:
+        return path
+    table = task.paper_file("paper_table")
+    return path if table is not None and reference in paper.paper_table(table).figures else None
+
+
+def paper_of(task: Task, reference: str = DEFAULT_REFERENCE) -> paper.PaperTable | None:
+    """The task's paper's table, or None where it declares none (or it is not the study's paper)."""
+    path = paper_file(task, "paper_table", reference)
     return paper.paper_table(path) if path else None
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.paper import PaperError
-from ablate.report.analysis import Analysis, RowResult
+from ablate.report.analysis import Analysis, RowResult, paper_file
 from ablate.report.decide import (
     REFERENCE,
     Decision,
@@ -220,7 +220,7 @@ def _check_claim(path: Path, i: int, c: Any) -> None:
 
 
 def spec_of(an: Analysis) -> Spec | None:
-    path = an.task.paper_file("paper_claims") if an.task is not None else None
+    path = paper_file(an.task, "paper_claims", an.reference) if an.task is not None else None
     return read_spec(path) if path else None
 
 
