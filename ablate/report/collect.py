@@ -227,7 +227,8 @@ class Run:
     def train_seconds(self) -> float | None:
         """Training seconds over every process the run took: the last reading of its training clock in
         curves.jsonl (a resumed run's clock goes on from its checkpoint's), else the record's
-        train_time_s, which times the last process only."""
+        train_time_s (over every process it keeps in `processes`; the last process's in a record that keeps
+        none)."""
         clock = [float(c["time_s"]) for c in self.curves() if c.get("time_s") is not None]
         last = self.rec.get("train_time_s")
         return max(clock) if clock else None if last is None else float(last)

@@ -379,7 +379,7 @@ def cost_table(an: Analysis) -> Table:
         "row",
         "finished seeds",
         "steps",
-        "wall time, last process",
+        "wall time",
         "train time",
         "tokens/s",
         "FLOPs (estimate)",
@@ -403,7 +403,11 @@ def cost_table(an: Analysis) -> Table:
                 "; ".join(devices),
             ]
         )
-    title = "Cost (mean over finished seeds; train time by the run's own clock, over every process it took)"
+    title = (
+        "Cost (mean over finished seeds; wall time summed over the processes a record keeps, its last "
+        "process's in a record that keeps none; train time by the run's own clock, over every process it "
+        "took)"
+    )
     table = Table(cols, body, align="lrrrrrrl", title=title)
     return _with_estimates(an, table)
 
