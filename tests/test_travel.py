@@ -84,9 +84,10 @@ def test_a_committed_table_read_identified_planned_and_reported_elsewhere_writes
     """The Multi30k table's records, as a machine wrote them whose cache and data folders exist here (a
     colleague's, here writable), read-only, on a machine with an empty HOME and cache and the data in a
     folder of its own too: identifying every record (read back: each its folder's id; as written), the
-    report and its two commands, and the plan of seed 1 write nothing into the records, HOME or the
-    writing machine's folders, and into this machine's cache only content fingerprints; the plan finds
-    every run finished in the other folder (the same files, the same runs); the commands carry no path."""
+    report and its two commands, and the plan of seed 1 write nothing into the records (but the decide
+    command's look, appended to looks.jsonl), HOME or the writing machine's folders, and into this
+    machine's cache only content fingerprints; the plan finds every run finished in the other folder (the
+    same files, the same runs); the commands carry no path."""
     env, where = _machine(tmp_path)
     theirs, their_data = tmp_path / "their_cache", tmp_path / "their_data" / "multi30k"
     theirs.mkdir()
@@ -115,7 +116,13 @@ def test_a_committed_table_read_identified_planned_and_reported_elsewhere_writes
     said = done.stdout + done.stderr
     assert "plan of 20 runs: 20 finished" in said, said[-2000:]
 
-    assert _tree(runs) == before and _tree(their_data) == their_files
+    # the decide command's look is the one thing written beside the records: appended to looks.jsonl,
+    # under its lock (a lock file, as a run's, ignored by git), never over a line
+    after = _tree(runs)
+    changed = {p for p in set(before) | set(after) if before.get(p) != after.get(p)}
+    assert changed <= {"looks.jsonl", ".looks.jsonl.lock"}, sorted(changed)
+    assert (runs / "looks.jsonl").read_text().startswith((COMMITTED / "looks.jsonl").read_text())
+    assert _tree(their_data) == their_files
     assert _tree(theirs) == {} and _tree(where["home"]) == {}
     assert {Path(p).parts[0] for p in _tree(where["cache"])} <= {"fingerprints"}
     assert {Path(p).parts[0] for p in _tree(where["work"])} == {"runs", "out"}
