@@ -266,7 +266,8 @@ def test_builtin_parsing_experiment_end_to_end(tmp_path):
     from ablate.tasks.parsing.evalb import evalb
 
     gold = gold_trees(prepared[0].parent, "test")
-    again = evalb(gold, read_trees(run / "test.trees.txt")).summary().fmeasure
+    assert ev.files["test_trees"].startswith("evaluations/")  # the evaluation's own file, not the run's
+    again = evalb(gold, read_trees(run / ev.files["test_trees"])).summary().fmeasure
     assert again == pytest.approx(m["test_f1"], abs=1e-9)
 
 
