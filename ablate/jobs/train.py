@@ -8,7 +8,6 @@ worker per device.
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from pathlib import Path
@@ -103,14 +102,10 @@ def _launch_facts(cfg: RunConfig) -> dict:
 def model_code(cfg: RunConfig) -> tuple[str, ...]:
     """The folders of the row's model and criterion where they are a researcher's (a module:Class outside
     the package): their records go stale when that code changes."""
-    from ablate.config.arch import ARCHS, CRITERIA
+    from ablate.config.arch import ARCHS, CRITERIA, researchers_folder
 
-    out = []
-    for name, ours in ((cfg.model.arch, ARCHS), (cfg.model.criterion, CRITERIA)):
-        if name not in ours:
-            module = importlib.import_module(name.partition(":")[0])  # loaded already: the row checked it
-            out.append(str(Path(module.__file__).resolve().parent))
-    return tuple(dict.fromkeys(out))
+    pairs = ((cfg.model.arch, ARCHS), (cfg.model.criterion, CRITERIA))  # loaded already: the row checked them
+    return tuple(dict.fromkeys(f for name, ours in pairs for f in researchers_folder(name, ours)))
 
 
 def launch() -> dict | None:
