@@ -147,8 +147,23 @@ def test_vocabulary_larger_than_the_data_supports(tmp_path):
         (["model.label_smoothing=-0.5"], "model.label_smoothing=-0.5"),
         (["model.d_model=511", "model.strict_heads=false"], "model.d_model=511 must be even"),
         (["model.positional=rotary"], "model.positional='rotary' is not one of sinusoidal, learned"),
-        (["train.budget_minutes=30"], "train.budget_minutes=30.0 needs train.lr_schedule=cosine"),
-        (["train.lr_schedule=cosine", "train.budget_minutes=0"], "train.budget_minutes=0.0 must be positive"),
+        (["train.budget_minutes=30"], "train.budget_minutes=30.0 needs a schedule that decays to an end"),
+        (["schedule=cosine", "train.budget_minutes=0"], "train.budget_minutes=0.0 must be positive"),
+        (
+            ["schedule=constant", "schedule.warmup_steps=0"],
+            "schedule.peak: needed with schedule.warmup_steps=0",
+        ),
+        (["schedule.warmup_steps=0"], "schedule.warmup_steps=0: equation 3 needs a warmup of 1 or more"),
+        (
+            ["optim=sgd", "+optim.momentun=0.5"],
+            r"optim.momentun: not a key of torch.optim.SGD \(did you mean momentum",
+        ),
+        (["+optim.lr=0.1"], r"optim.lr: set by the run, not the config \(the schedule's"),
+        (["+schedule.peek=0.1"], "schedule.peek: not a key of ablate.nn.optim.InverseSqrt"),
+        (
+            ["optim._target_=torch.optim.Nope"],
+            "optim._target_=torch.optim.Nope: not a class that imports here",
+        ),
     ],
 )
 def test_bad_model_config(tmp_path, overrides, key):

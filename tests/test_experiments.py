@@ -19,7 +19,7 @@ def test_table2_base_is_the_papers_recipe():
     c = cfg("experiment=table2_base")
     assert (c.model.name, c.data.name, c.scale.name, c.recipe) == ("base", "wmt14_en_de", "paper", "paper")
     assert (c.trainer.accelerator, c.trainer.precision) == ("gpu", "bf16-mixed")
-    assert total_steps(c) == 100_000 and c.train.warmup_steps == 4000 and c.data.vocab_size == 37_000
+    assert total_steps(c) == 100_000 and c.schedule["warmup_steps"] == 4000 and c.data.vocab_size == 37_000
     assert c.train.average_last == 5 and c.decode.beam == 4 and c.decode.alpha == 0.6
     assert (c.decode.max_len_a, c.decode.max_len_b) == (1.0, 50)
     # ~25,000 target tokens per step on 1 or 8 devices
@@ -53,7 +53,11 @@ def test_multi30k_race_presets():
     hour = cfg("experiment=multi30k_1h")
     m = effective_model(hour, 8000)
     assert (m.d_model, m.d_ff, m.n_layers, m.n_heads, m.d_k, m.d_v) == (256, 1024, 3, 4, 64, 64)
-    assert (m.dropout, total_steps(hour), hour.train.lr_schedule) == (0.2, 4000, "inverse_sqrt")
+    assert (m.dropout, total_steps(hour), hour.schedule["_target_"]) == (
+        0.2,
+        4000,
+        "ablate.nn.optim.InverseSqrt",
+    )
     half = cfg("experiment=multi30k_30min")
     m30 = effective_model(half, 6000)
     # a smaller model (N 2, d_ff 512); dropout, batches, vocabulary and the (named, non-paper)
@@ -66,16 +70,28 @@ def test_multi30k_race_presets():
         4,
         64,
     )
-    assert (m30.dropout, half.data.vocab_size, half.train.lr_schedule) == (0.1, 6000, "cosine")
+    assert (m30.dropout, half.data.vocab_size, half.schedule["_target_"]) == (
+        0.1,
+        6000,
+        "ablate.nn.optim.Cosine",
+    )
     assert (half.train.budget_minutes, total_steps(half)) == (29.5, 8000)  # the step cap
-    assert (half.train.lr_peak, half.train.warmup_steps, half.train.batch_tokens) == (1.5e-3, 400, 1024)
+    assert (half.schedule["peak"], half.schedule["warmup_steps"], half.train.batch_tokens) == (
+        1.5e-3,
+        400,
+        1024,
+    )
     assert (half.train.max_tokens, half.train.checkpoint_every) == (1024, 200)
     assert half.train.average_last == 5
     # 55 minutes: the same model and recipe, a longer clock budget, more dropout (over ~28 epochs)
     long = cfg("experiment=multi30k_55min")
     m55 = effective_model(long, 6000)
     assert (m55.d_model, m55.d_ff, m55.n_layers, m55.n_heads, m55.dropout) == (256, 512, 2, 4, 0.2)
-    assert (long.data.vocab_size, long.train.lr_schedule, long.train.batch_tokens) == (6000, "cosine", 1024)
+    assert (long.data.vocab_size, long.schedule["_target_"], long.train.batch_tokens) == (
+        6000,
+        "ablate.nn.optim.Cosine",
+        1024,
+    )
     assert (long.train.budget_minutes, total_steps(long), long.train.average_last) == (54.5, 16000, 5)
     assert long.trainer.precision == "32-true"
     # On a CPU with bf16 units: the same model and P_drop under bf16-mixed, ~1.6x the updates on a Zen 5,

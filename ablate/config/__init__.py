@@ -30,8 +30,11 @@ from ablate.config.scaling import (
 )
 from ablate.config.schema import (
     DEFAULT_TASK,
+    LEGACY_TRAIN,
     MIN_VOCAB,
     PAPER_BASE,
+    PAPER_OPTIM,
+    PAPER_SCHEDULE,
     RENAMED,
     ArchConfig,
     ConfigError,
@@ -54,7 +57,8 @@ from ablate.config.schema import (
 from ablate.config.validate import validate
 
 __all__ = [
-    "DEFAULT_TASK", "MIN_VOCAB", "PAPER_BASE", "ArchConfig", "ConfigError", "DataConfig",
+    "DEFAULT_TASK", "LEGACY_TRAIN", "MIN_VOCAB", "PAPER_BASE", "PAPER_OPTIM", "PAPER_SCHEDULE",
+    "ArchConfig", "ConfigError", "DataConfig",
     "DecodeConfig", "LoggerConfig", "ModelConfig", "RENAMED", "RunConfig", "ScaleConfig", "TaskConfig",
     "TrainConfig", "TrainerConfig", "migrate", "typed_task_cfg",
     "accumulation", "build_model", "check_row_meaning", "default_results", "effective_model", "flat_fields",

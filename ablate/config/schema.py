@@ -123,18 +123,13 @@ class DataConfig:
 class TrainConfig:
     max_tokens: int = 4096  # padded tokens per side per micro-batch on one device
     batch_tokens: int = 25_000  # target tokens per optimizer step over all devices (5.1: ~25000 + 25000)
-    warmup_steps: int = 4000
-    lr_schedule: str = "inverse_sqrt"  # inverse_sqrt (paper, eq. 3) | cosine (option)
-    lr_scale: float = 1.0  # multiplies the schedule; 1.0 is the paper
-    lr_peak: float = 7e-4  # cosine only
-    adam_betas: tuple[float, float] = (0.9, 0.98)
-    adam_eps: float = 1e-9
     grad_clip: float = 0.0  # the paper states none
     max_steps: int | None = None  # overrides row.train_steps * scale.steps
     max_minutes: float | None = None  # stop at this much training time, restarts included
-    # cosine only: a time budget. The decay reaches 0 when this much training time (dev passes included)
-    # is spent, or at the last step if that comes first, and training stops there. The step it ends at
-    # depends on the machine's speed: such a run is not bit-reproducible on another machine.
+    # a schedule that decays to an end (cosine, linear): a time budget. The decay reaches 0 when this much
+    # training time (dev passes included) is spent, or at the last step if that comes first, and training
+    # stops there. The step it ends at depends on the machine's speed: such a run is not bit-reproducible
+    # on another machine.
     budget_minutes: float | None = None
     val_every: int = 1000  # optimizer steps between dev evaluations
     # decode the dev set every N evaluations during training, for the task's metrics (0: only at the end)
@@ -144,6 +139,24 @@ class TrainConfig:
     average_last: int = 0  # average the last N checkpoints at the end (Table 3 used none)
     on_nonfinite: str = "stop"  # stop | skip: what a NaN/inf loss does
     compile: bool = False  # torch.compile the model
+
+
+# The optimizer and the schedule are Hydra `_target_` nodes (conf/optim/, conf/schedule/), built partially
+# and completed by the run (ablate/nn/optim.py). Their keys are typed by the target's own signature
+# (config/targets.py), not by a dataclass here: `optim=sgd` takes momentum and nesterov, Adam betas and eps.
+# None in a config means the paper's (a record written before the groups existed reads so).
+PAPER_OPTIM: dict[str, Any] = {
+    "_target_": "torch.optim.Adam",  # 5.3: Adam, beta1 0.9, beta2 0.98, epsilon 1e-9
+    "_partial_": True,
+    "betas": [0.9, 0.98],
+    "eps": 1e-9,
+}
+PAPER_SCHEDULE: dict[str, Any] = {
+    "_target_": "ablate.nn.optim.InverseSqrt",  # equation 3, warmup 4000
+    "_partial_": True,
+    "warmup_steps": 4000,
+    "scale": 1.0,
+}
 
 
 @dataclass
@@ -198,6 +211,8 @@ class RunConfig:
     train: TrainConfig = field(default_factory=TrainConfig)
     decode: DecodeConfig = field(default_factory=DecodeConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    optim: Any = None  # the optimizer's `_target_` node; None: PAPER_OPTIM
+    schedule: Any = None  # the learning-rate schedule's `_target_` node; None: PAPER_SCHEDULE
     logger: LoggerConfig = field(default_factory=LoggerConfig)
     recipe: str = "paper"  # the recipe's name (conf/recipe/); its values are in base, train, data, decode
     base: ArchConfig = field(default_factory=ArchConfig)  # the recipe's base architecture
@@ -225,10 +240,40 @@ RENAMED: dict[str, tuple[str, Any]] = {
 }
 
 
+# The optimizer's and the schedule's keys as `train` held them before their groups (`optim`, `schedule`),
+# with their defaults. A record of that layout reads as the same Adam and schedule (`_legacy_nodes`), and a
+# run expressible in it is named by them (records.identity), so that every run keeps its id.
+LEGACY_TRAIN = {
+    "warmup_steps": 4000,
+    "lr_schedule": "inverse_sqrt",
+    "lr_scale": 1.0,
+    "lr_peak": 7e-4,
+    "adam_betas": [0.9, 0.98],
+    "adam_eps": 1e-9,
+}
+
+
+def _legacy_nodes(out: dict[str, Any]) -> None:
+    """`train`'s legacy keys of a record made into its `optim` and `schedule` nodes, in place."""
+    train = out.get("train")
+    if not isinstance(train, dict) or not set(LEGACY_TRAIN) & set(train):
+        return
+    old = {k: train.pop(k, v) for k, v in LEGACY_TRAIN.items()}
+    if not out.get("optim"):
+        out["optim"] = {**PAPER_OPTIM, "betas": list(old["adam_betas"]), "eps": old["adam_eps"]}
+    if not out.get("schedule"):
+        sched = {**PAPER_SCHEDULE, "warmup_steps": old["warmup_steps"], "scale": old["lr_scale"]}
+        if old["lr_schedule"] == "cosine":  # its rate was lr_peak, whatever lr_scale said
+            sched |= {"_target_": "ablate.nn.optim.Cosine", "peak": old["lr_peak"]}
+        out["schedule"] = sched
+
+
 def migrate(config: dict[str, Any]) -> dict[str, Any]:
     """A config (a record's, a composed one) in the current layout: the keys of RENAMED under their new
-    names. A copy; a config in the current layout comes back equal."""
+    names, `train`'s optimizer and schedule keys as the `optim` and `schedule` nodes. A copy; a config in
+    the current layout comes back equal."""
     out = copy.deepcopy(config)
+    _legacy_nodes(out)
     for old, (new, default) in RENAMED.items():
         group, key = old.split(".")
         node = out.get(group)
@@ -273,6 +318,47 @@ def typed_task_cfg(task: str, given: Any) -> Any:
         ) from None
 
 
+# Nodes whose keys are typed elsewhere: a researcher's model's (`model.args`, config/arch.py), a task's
+# (`task_cfg`, typed_task_cfg), the optimizer's and the schedule's (their signature, config/targets.py).
+_TYPED_ELSEWHERE = {"model.args", "model.run", "model.criterion_args", "task_cfg", "optim", "schedule"}
+
+
+def check_known_keys(node: Any, obj: Any = None, prefix: str = "") -> None:
+    """Every key of a composed config is one its dataclass has: a key nothing reads (`+train.optimizer=sgd`,
+    a misspelt `+model.tie_embedding`) is refused in one line naming it and the nearest known keys, never
+    trained past and left out of the run's identity."""
+    import difflib
+
+    obj = RunConfig() if obj is None else obj
+    known = {f.name: getattr(obj, f.name) for f in fields(obj)}
+    # a composed DictConfig, or the dataclass OmegaConf.to_object made of it (a `+key` is an attribute)
+    items = vars(node) if hasattr(node, "__dataclass_fields__") else {k: node[k] for k in node}
+    for key, value in items.items():
+        dotted = f"{prefix}{key}"
+        if dotted in _TYPED_ELSEWHERE:
+            continue
+        if key not in known:
+            near = difflib.get_close_matches(str(key), list(known), n=3)
+            hint = (
+                f"did you mean {' or '.join(prefix + n for n in near)}?"
+                if near
+                else f"its keys: {', '.join(known)}"
+            )
+            if key in (
+                "optimizer",
+                "lr_schedule",
+                "warmup_steps",
+                "lr_scale",
+                "lr_peak",
+                "adam_betas",
+                "adam_eps",
+            ):
+                hint += "; the optimizer and the schedule are the groups optim= and schedule="
+            raise ConfigError(f"{dotted}: not a key of the run ({hint})")
+        if hasattr(known[key], "__dataclass_fields__"):
+            check_known_keys(value, known[key], dotted + ".")
+
+
 def register_configs() -> None:
     from hydra.core.config_store import ConfigStore
 
@@ -287,12 +373,16 @@ def to_dataclass(cfg: DictConfig | dict | RunConfig) -> RunConfig:
     typed by its `config` dataclass."""
     if isinstance(cfg, RunConfig):
         cfg.task_cfg = typed_task_cfg(cfg.task, cfg.task_cfg)
+        cfg.optim = copy.deepcopy(cfg.optim or PAPER_OPTIM)
+        cfg.schedule = copy.deepcopy(cfg.schedule or PAPER_SCHEDULE)
         return cfg
     plain = OmegaConf.to_container(cfg) if isinstance(cfg, DictConfig) else cfg
     plain = migrate(dict(plain))
     given = plain.pop("task_cfg", None)
     obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(RunConfig), plain))
     assert isinstance(obj, RunConfig)
+    obj.optim = copy.deepcopy(obj.optim or PAPER_OPTIM)
+    obj.schedule = copy.deepcopy(obj.schedule or PAPER_SCHEDULE)
     obj.task_cfg = typed_task_cfg(obj.task, given)
     return obj
 

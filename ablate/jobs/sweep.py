@@ -13,6 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import RunConfig, to_dataclass
+from ablate.config.schema import check_known_keys
 from ablate.tasks import task_of
 
 FINISHED = "finished"
@@ -36,6 +37,7 @@ def member_config(dcfg: DictConfig | RunConfig, task_overrides: list[str], launc
     # a config Hydra composed carries the schema's types (conf/config.yaml's `schema` default): the object
     # it holds, without to_dataclass's merge into a fresh schema (a plan's jobs, thousands of them)
     typed = OmegaConf.is_config(dcfg) and OmegaConf.get_type(dcfg) is RunConfig
+    check_known_keys(dcfg)  # a `+key` the run does not read is refused, not dropped
     cfg = to_dataclass(OmegaConf.to_object(dcfg) if typed else dcfg)  # the task's own keys typed
     task_of(cfg.task)  # a task= that names no task stops here in one line; a task's data sources register
     cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))

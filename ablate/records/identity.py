@@ -70,6 +70,9 @@ def identity_dict(cfg) -> dict[str, Any]:
     out = {}
     flat = flat_fields(cfg)
     flat["model.explicit"] = explicit_that_counts(cfg)
+    for group in ("optim", "schedule"):
+        flat.pop(group)
+        out |= optimizer_identity(cfg, group)
     for key, value in flat.items():
         if key in NOT_IDENTITY or key.split(".")[0] in NOT_IDENTITY:
             continue
@@ -94,6 +97,36 @@ def identity_dict(cfg) -> dict[str, Any]:
     if fingerprint is not None:
         out = {k: v for k, v in out.items() if k not in DATA_PATHS}
         out["data.fingerprint"] = fingerprint
+    return out
+
+
+def optimizer_identity(cfg, group: str) -> dict[str, Any]:
+    """The identity entries of the run's `optim` or `schedule` node. A node `train` could state before the
+    groups existed (Adam with its betas and eps; equation 3 or cosine with their warmup, scale and peak) is
+    named by those keys, under their old names and only where they differ from their defaults
+    (config.LEGACY_TRAIN), as its record was; any other node by itself, whole."""
+    from ablate.config import LEGACY_TRAIN
+    from ablate.config.targets import node
+
+    value = {k: v for k, v in node(cfg, group).items() if k != "_partial_"}
+    target = str(value.pop("_target_", "")).replace(":", ".")
+    if isinstance(value.get("betas"), tuple):
+        value["betas"] = list(value["betas"])
+    legacy = {
+        ("optim", "torch.optim.Adam"): {"betas": "adam_betas", "eps": "adam_eps"},
+        ("schedule", "ablate.nn.optim.InverseSqrt"): {"warmup_steps": "warmup_steps", "scale": "lr_scale"},
+        ("schedule", "ablate.nn.optim.Cosine"): {
+            "warmup_steps": "warmup_steps",
+            "scale": "lr_scale",
+            "peak": "lr_peak",
+        },
+    }.get((group, target))
+    if legacy is None or not set(value) <= set(legacy) or value.get("peak", 0.0) is None:
+        return {group: {"_target_": target, **value}}
+    out = {"train.lr_schedule": "cosine"} if target.endswith("Cosine") else {}
+    for key, old in legacy.items():
+        if key in value and value[key] != LEGACY_TRAIN[old]:
+            out[f"train.{old}"] = value[key]
     return out
 
 

@@ -32,6 +32,7 @@ from ablate.config import (
     total_steps,
 )
 from ablate.config.arch import paper_scale_model
+from ablate.config.targets import node
 from ablate.control import faults
 from ablate.control.progress import ProgressLines, StepProgress
 from ablate.control.stop import StopAtStep, slurm_environment
@@ -291,7 +292,8 @@ def _budget(cfg: RunConfig, out: Path, clock: TrainClock) -> Budget | None:
     t = cfg.train
     if t.budget_minutes is None:
         return None
-    return Budget(t.budget_minutes, out / "checkpoints", clock, t.warmup_steps, t.checkpoint_every)
+    warmup = node(cfg, "schedule").get("warmup_steps", 0)
+    return Budget(t.budget_minutes, out / "checkpoints", clock, warmup, t.checkpoint_every)
 
 
 def _callbacks(cfg: RunConfig, out: Path, clock: TrainClock, budget: Budget | None) -> list[Callback]:

@@ -23,12 +23,13 @@ import torch
 
 from ablate.config import RunConfig, row_arch
 from ablate.config.arch import ARCHS, CRITERIA, CodeError, arch_of, criterion_of, researchers_folder
+from ablate.config.targets import build
 from ablate.data.dataset import Batch
 from ablate.data.tokenizer import BOS, EOS, PAD
 from ablate.errors import raised_at, typed_line
 from ablate.nn.decode import CachedStepper, EnsembleStepper, beam_search, greedy_search
 from ablate.nn.loss import LossSums, label_smoothed_loss, optional
-from ablate.nn.optim import inverse_sqrt_lr, linear_warmup_cosine_lr, make_adam
+from ablate.nn.optim import build_optimizer
 from ablate.tasks import Metric, Scored, task_of
 
 
@@ -78,7 +79,9 @@ class Seq2SeqModule(pl.LightningModule):
         self.tokenizer, self.references = tokenizer, list(references)  # sentencepiece processor, dev refs
         self.scorer = scorer  # the task's: decoded dev outputs and references -> its figures
         self.metrics = metrics  # the task's declared dev figures: each logged as dev/<name>
-        self.budget = budget  # callbacks.Budget: its `progress` drives the cosine schedule's decay
+        self.budget = budget  # callbacks.Budget: its `progress` drives a decaying schedule to the deadline
+        # the run's schedule (config/targets.py: `schedule`, completed by the row's width and the step count)
+        self.schedule = build(cfg, "schedule", d_model=self.model.cfg.d_model, total_steps=total_steps)
         self.decode_dev = False  # decode the dev set in this validation pass (on_validation_epoch_start)
         self.fit_pass = False  # a validate call that makes a dev pass of fit's (fit.last_dev_pass)
         self.acc = EvalAccumulator()
@@ -93,15 +96,11 @@ class Seq2SeqModule(pl.LightningModule):
     # -- optimization --------------------------------------------------------------------------------------
 
     def lr_at(self, step: int) -> float:
-        t, d = self.cfg.train, self.model.cfg.d_model
-        if t.lr_schedule == "cosine":
-            progress = self.budget.progress if self.budget else 0.0
-            return linear_warmup_cosine_lr(step, t.lr_peak, t.warmup_steps, self.total_steps, progress)
-        return inverse_sqrt_lr(step, d, t.warmup_steps, t.lr_scale)
+        """The schedule's rate at optimizer step `step` (from 1), the time budget's progress with it."""
+        return self.schedule(step, self.budget.progress if self.budget else 0.0)
 
     def configure_optimizers(self):
-        t = self.cfg.train
-        opt = make_adam(self.model.parameters(), betas=tuple(t.adam_betas), eps=t.adam_eps)
+        opt = build_optimizer(build(self.cfg, "optim"), self.model.parameters())
         # LambdaLR counts from 0 for the first step; equation 3 counts from 1.
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: self.lr_at(i + 1))
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
