@@ -611,8 +611,8 @@ def test_a_row_whose_records_sit_at_the_unigram_perplexity_is_said_not_to_learn(
             path.write_text(json.dumps({**json.loads(path.read_text()), "metrics": {"dev_ppl": ppl}}))
     assert not_learning(cfg(stalled)) == (
         "(does not learn under this preset: 1 of its 2 record(s) end at dev PPL 5.7 or more, the target's "
-        "unigram model's 6.2; a stalled or diverging model takes a lower train.lr_scale, a longer "
-        "train.warmup_steps or train.grad_clip)"
+        "unigram model's 6.2; a stalled or diverging model takes a lower schedule.scale, a longer "
+        "schedule.warmup_steps or train.grad_clip)"
     )
     assert not_learning(cfg(learning)) == ""
     other = cfg(stalled)

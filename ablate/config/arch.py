@@ -204,12 +204,28 @@ def args_varied(row: ModelConfig) -> list[str]:
     return [f"args.{k}" for k in arch.row_keys if k in row.args and row.args[k] != arch.default(k)]
 
 
+def _check_criterion_args(name: str, cls: type, given: dict[str, Any]) -> None:
+    """Each of model.criterion_args is a keyword its class takes beyond (label_smoothing, pad_id)."""
+    import inspect
+
+    params = inspect.signature(cls).parameters
+    if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+        return
+    known = [n for n in params if n not in ("self", "label_smoothing", "pad_id")]
+    for key in given:
+        if key not in known:
+            raise ConfigError(
+                f"model.criterion_args.{key}: not a key of model.criterion={name} "
+                f"(its keys: {', '.join(known) or 'none beyond label_smoothing'})"
+            )
+
+
 def check_arch(cfg: RunConfig) -> None:
     """The row's model and criterion load, its keys are its model's, and each key it changes from its
     base still differs under the preset: one line naming the key otherwise."""
     m = cfg.model
-    if m.criterion != DEFAULT_CRITERION:
-        criterion_of(m.criterion)
+    if m.criterion != DEFAULT_CRITERION or m.criterion_args:
+        _check_criterion_args(m.criterion, criterion_of(m.criterion), m.criterion_args)
     if m.arch == DEFAULT_ARCH:  # the package's Transformer meets both contracts (test_models.py): no load,
         if m.args:  # so that a plan of many rows reads configs without importing torch
             key = next(iter(m.args))

@@ -73,6 +73,13 @@ def row_file_problem(path) -> str | None:
     if not isinstance(raw, dict):
         return f"{path}: a row file is a mapping of keys (name, group, and the keys it changes)"
     keys = [f.name for f in fields(ModelConfig)]
+    if isinstance(raw.get("run"), dict):
+        from ablate.config.schema import ConfigError, check_known_keys
+
+        try:
+            check_known_keys(raw["run"])
+        except ConfigError as e:
+            return f"{path}: run.{e}"
     for key in raw:
         if key != "defaults" and key not in keys:
             near = difflib.get_close_matches(str(key), keys, n=1)

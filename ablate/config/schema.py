@@ -75,6 +75,12 @@ class ModelConfig(ArchConfig):
     arch: str = "transformer"
     args: dict[str, Any] = field(default_factory=dict)
     criterion: str = "label_smoothed"  # the training loss: the paper's (5.4), or a module:Class
+    # the criterion's own keys beyond eps_ls (a loss weight), each a keyword of its class's constructor
+    criterion_args: dict[str, Any] = field(default_factory=dict)
+    # the run's keys this row sets beyond the model's (`schedule: {warmup_steps: 100}`, `optim: {...}`,
+    # `data: {train_fraction: 0.1}`, `task_cfg: {...}`): applied over the recipe and the experiment, as
+    # given under every recipe and scale; a key the command line gives wins (jobs.sweep.apply_row_run)
+    run: dict[str, Any] = field(default_factory=dict)
     # keys given on the command line (model.KEY=...): taken as they are under any recipe, not as a change
     # from the paper's base; ablate.run fills it in
     explicit: list[str] = field(default_factory=list)
@@ -224,6 +230,9 @@ class RunConfig:
     sweep_name: str | None = None  # set by the launcher; W&B group
     resume: bool = True  # same identity: skip if finished, resume if interrupted
     experiment: str | None = None
+    # the keys the command line set beyond the experiment or preset, the row and the seed, as key=value
+    # (`schedule.warmup_steps=10`): what a sweep of such keys varies; ablate.run fills it in
+    varies: list[str] = field(default_factory=list)
 
 
 # Keys that moved, by their old name: its new name, and the value a config left it at. A record keeps the

@@ -35,7 +35,7 @@ from ablate.config.schema import ConfigError
 STUDY_FILE = "study.yaml"
 STUDY_ENV = "ABLATE_STUDY"
 DEFAULT_REFERENCE = "base"  # the paper's base model, Table 3's first row
-KEYS = ("name", "reference", "conf")
+KEYS = ("name", "reference", "conf", "task")
 PACKAGE_SCHEME = "pkg://"
 SEARCH_PROVIDER = "ablate-study"  # the provider of the study's entries of Hydra's search path
 
@@ -56,6 +56,25 @@ class Study:
     name: str = "ablate"
     reference: str = DEFAULT_REFERENCE
     conf_dir: str = "conf"  # study.yaml's `conf`: a folder inside the study, or pkg://<package>/<dir>
+    declared_task: str | None = None  # study.yaml's `task`
+
+    @property
+    def task(self) -> str | None:
+        """The task whose records the study's report reads: study.yaml's `task`, else the one task its
+        experiments name (None: the package's default, or several)."""
+        if self.declared_task or self.conf is None:
+            return self.declared_task
+        import yaml
+
+        named = set()
+        for path in sorted((self.conf / "experiment").glob("*.yaml")):
+            try:
+                data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except (OSError, yaml.YAMLError):
+                continue  # an experiment that does not read is named where it is composed
+            if isinstance(data, dict) and isinstance(data.get("task"), str):
+                named.add(data["task"])
+        return named.pop() if len(named) == 1 else None
 
     @property
     def conf(self) -> Path | None:
@@ -127,7 +146,8 @@ def _read(root: Path) -> Study:
     conf = data.get("conf", "conf")
     if "conf" in data and not conf.startswith(PACKAGE_SCHEME) and not (root / conf).is_dir():
         raise ConfigError(f"{path}: conf: {conf} is not a folder of the study (or pkg://<package>/<dir>)")
-    return Study(root=root, name=data.get("name", root.name), reference=reference, conf_dir=conf)
+    name = data.get("name", root.name)
+    return Study(root=root, name=name, reference=reference, conf_dir=conf, declared_task=data.get("task"))
 
 
 def current_study(start: Path | None = None) -> Study:

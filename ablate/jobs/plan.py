@@ -56,7 +56,9 @@ def row_problem(cfg: RunConfig) -> str | None:
     """A row file that changes nothing from base would train a copy of base under another name. A name
     an experiment gives its model (`model: {name: parsing}`, the architecture in its recipe) is a label,
     not a row file: left alone."""
-    if cfg.model.name != "base" and not varied(cfg.model) and _row_file(cfg) == cfg.model.name:
+    m = cfg.model
+    changes = varied(m) or m.run or m.criterion_args
+    if m.name != "base" and not changes and _row_file(cfg) == m.name:
         return (
             f"model={cfg.model.name}: its row file varies nothing from base (a row states the keys it "
             "changes; base itself is model=base)"
@@ -187,13 +189,24 @@ def line(cfg: RunConfig) -> tuple[str, str, Estimate | None]:
         learns = not_learning(cfg)
     return (
         (
-            f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}  {model_text(cfg)}  "
+            f"[plan] {cfg.model.name} s{cfg.seed}  {preset_name(cfg)}{varies_text(cfg)}  {model_text(cfg)}  "
             f"{identity.run_id(cfg)}  {word}{detail}"
             + (f"  {est.text()}" if est else "")
             + (f"  {learns}" if learns else "")
         ),
         word,
         est,
+    )
+
+
+def varies_text(cfg: RunConfig) -> str:
+    """'  sets <the row's run keys>  varies <the command line's keys>': what tells this job from the
+    others of its sweep beyond the row and the seed ('' where nothing does)."""
+    from ablate.jobs.sweep import _flat
+
+    own = [f"{k}={v}" for k, v in _flat(cfg.model.run).items()] if cfg.model.run else []
+    return (f"  sets {' '.join(own)}" if own else "") + (
+        f"  varies {' '.join(cfg.varies)}" if cfg.varies else ""
     )
 
 
@@ -244,7 +257,7 @@ def not_learning(cfg: RunConfig) -> str:
     return (
         f"(does not learn under this preset: {len(near)} of its {len(ppls)} record(s) end at dev PPL "
         f"{min(near):.1f} or more, the target's unigram model's {unigram:.1f}; a stalled or diverging "
-        "model takes a lower train.lr_scale, a longer train.warmup_steps or train.grad_clip)"
+        "model takes a lower schedule.scale, a longer schedule.warmup_steps or train.grad_clip)"
     )
 
 

@@ -13,7 +13,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import RunConfig, to_dataclass
-from ablate.config.schema import check_known_keys
+from ablate.config.schema import ConfigError, check_known_keys
 from ablate.tasks import task_of
 
 FINISHED = "finished"
@@ -39,13 +39,86 @@ def member_config(dcfg: DictConfig | RunConfig, task_overrides: list[str], launc
     typed = OmegaConf.is_config(dcfg) and OmegaConf.get_type(dcfg) is RunConfig
     check_known_keys(dcfg)  # a `+key` the run does not read is refused, not dropped
     cfg = to_dataclass(OmegaConf.to_object(dcfg) if typed else dcfg)  # the task's own keys typed
+    cfg = apply_row_run(cfg, task_overrides)
     task_of(cfg.task)  # a task= that names no task stops here in one line; a task's data sources register
     cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))
     if launcher == "gpus" and cfg.trainer.device_pool is None:
         cfg.trainer.device_pool = []  # every GPU of the machine (devices.pool)
+    cfg.varies = varied_keys(task_overrides)
     if cfg.sweep_name is None:
         cfg.sweep_name = experiment_group(cfg, task_overrides)
     return cfg
+
+
+def _given(overrides: list[str]) -> set[str]:
+    return {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{'schedule.warmup_steps': 100, ...}; a `_target_` node stays whole (its keys go with its class)."""
+    if not isinstance(node, dict) or "_target_" in node:
+        return {prefix.rstrip("."): node}
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        out |= _flat(v, f"{prefix}{k}.")
+    return out
+
+
+def apply_row_run(cfg: RunConfig, task_overrides: list[str]) -> RunConfig:
+    """The run with its row's `model.run` keys set: over the recipe and the experiment, as the row gives
+    them (a value, not a ratio: under every recipe and scale the same), except a key the command line
+    gives, or whose group it chooses (`schedule=cosine` keeps the row off `schedule.*`). A node with a
+    `_target_` of its own replaces the run's node whole (`optim: {_target_: torch.optim.SGD, ...}`);
+    otherwise its keys merge into it. A key the run does not have is refused in one line."""
+    from dataclasses import asdict
+
+    if not cfg.model.run:
+        return cfg
+    check_known_keys(cfg.model.run)
+    for top in ("model", "seed"):
+        if top in cfg.model.run:
+            raise ConfigError(f"model.run.{top}: a row sets its model's keys and the seed outside `run:`")
+    given = _given(task_overrides)
+    plain = asdict(cfg)
+    plain["task_cfg"] = (
+        asdict(cfg.task_cfg) if hasattr(cfg.task_cfg, "__dataclass_fields__") else cfg.task_cfg
+    )
+    for dotted, value in _flat(cfg.model.run).items():
+        parts = dotted.split(".")
+        if any(".".join(parts[:i]) in given for i in range(1, len(parts) + 1)):
+            continue
+        node = plain
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        current = node.get(parts[-1])
+        if (
+            isinstance(value, dict)
+            and isinstance(current, dict)
+            and value.get("_target_") in (None, current.get("_target_"))
+        ):
+            value = {**current, **value}
+        node[parts[-1]] = value
+    try:
+        return to_dataclass(plain)
+    except Exception as e:  # noqa: BLE001 - OmegaConf's type error, in one line naming the key
+        raise ConfigError(f"model.run: {str(e).splitlines()[0]} (row {cfg.model.name})") from None
+
+
+def varied_keys(task_overrides: list[str]) -> list[str]:
+    """The command line's keys that change what a run computes, other than the row, the seed and the
+    presets, as key=value, sorted: what a sweep of them varies (RunConfig.varies)."""
+    from ablate.records.identity import DATA_PATHS, NOT_IDENTITY, OLD_NAMES
+
+    keys = []
+    for o in task_overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        top = key.split(".")[0]
+        if key in _WITHIN or key.startswith("hydra") or {key, top} & NOT_IDENTITY:
+            continue
+        if OLD_NAMES.get(key, key) in DATA_PATHS:
+            continue
+        keys.append(f"{key}={value}")
+    return sorted(keys)
 
 
 # Keys that vary inside one experiment (its rows and seeds) or name it already (experiment, recipe, scale).
@@ -57,20 +130,10 @@ def experiment_group(cfg: RunConfig, task_overrides: list[str]) -> str:
     without one, its preset), then the command line's keys that change what a run computes, other than the
     row and the seed: re-running a sweep, adding a row or a seed, or running one row alone keeps the group;
     no timestamp, path or launcher setting enters it."""
-    from ablate.records.identity import DATA_PATHS, NOT_IDENTITY, OLD_NAMES
     from ablate.records.store import preset_key
 
     head = cfg.experiment or preset_key(cfg.recipe, cfg.scale.name)
-    keys = []
-    for o in task_overrides:
-        key, _, value = o.lstrip("+~").partition("=")
-        top = key.split(".")[0]
-        if key in _WITHIN or key.startswith("hydra") or {key, top} & NOT_IDENTITY:
-            continue
-        if OLD_NAMES.get(key, key) in DATA_PATHS:
-            continue
-        keys.append(f"{key}={value}")
-    return " ".join([str(head), *sorted(keys)])[:128]
+    return " ".join([str(head), *varied_keys(task_overrides)])[:128]
 
 
 def launcher_setting(key: str, default: Any) -> Any:

@@ -23,6 +23,8 @@ NOT_IDENTITY = {
     "logger",
     "experiment",
     "recipe",  # a name: what the recipe sets (base, train, data, decode) is in the identity
+    "varies",  # the command line's keys, each in the identity by its own value
+    "model.run",  # a row's keys of the run, each in the identity by its own value once applied
     "data.cache_dir",
     "data.num_workers",
     "trainer.progress_bar",

@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         study = current_study()
         reference = args.reference or study.reference
-        task, table_fn = _table_of(cmd, args.task)
+        task, table_fn = _table_of(cmd, args.task or study.task)
         coll = collect(
             results,
             _conf_dirs(args.conf, study),

@@ -119,6 +119,13 @@ class Run:
         return str(self.rec.get("row") or self.cfg("model", {}).get("name") or "?")
 
     @property
+    def setting(self) -> str:
+        """The table's row for this record: its row, and the keys its command line varied beyond the
+        row (RunConfig.varies), so that each setting of a sweep over non-row keys is a row of its own."""
+        varies = self.cfg("varies") or []
+        return " ".join([self.row, *map(str, varies)])
+
+    @property
     def seed(self) -> int:
         return int(self.rec.get("seed", self.rec.get("config", {}).get("seed", 0)))
 
@@ -425,12 +432,12 @@ def _ambiguous(runs: list[Run], why: str) -> None:
 
 
 def _one_per_cell(runs: list[Run], rows: RowConfigs) -> tuple[dict[str, dict[int, Run]], int]:
-    """One record per (row, seed): finished before running before failed, then the newest; and how many
-    were not chosen."""
+    """One record per (setting, seed): finished before running before failed, then the newest; and how
+    many were not chosen. A setting is a row and the keys a command line varied with it (Run.setting)."""
     chosen: dict[str, dict[int, Run]] = {}
     dup = 0
     for r in sorted(runs, key=lambda r: (_STATUS_RANK[r.status], _neg_time(r))):
-        by_seed = chosen.setdefault(r.row, {})
+        by_seed = chosen.setdefault(r.setting, {})
         if r.seed in by_seed:
             dup += 1
             continue

@@ -68,7 +68,24 @@ def _other(rr: RowResult, base_model: dict[str, Any]) -> str:
                 if (k, rr.model.get(k)) == ("positional", "learned")
                 else f"{k}={rr.model.get(k)}"
             )
+    for k in ("criterion_args", "run"):  # a row's keys beyond the model's (config/schema.py ModelConfig)
+        mine, ref = rr.model.get(k) or {}, base_model.get(k) or {}
+        if mine != ref:
+            out += [f"{key}={v}" for key, v in _flat(mine, f"{k}." if k == "criterion_args" else "").items()]
     return ", ".join(out)
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{'schedule.warmup_steps': 100}; a `_target_` node by its class's name and keys."""
+    if isinstance(node, dict) and "_target_" in node:
+        keys = " ".join(f"{k} {v}" for k, v in node.items() if not k.startswith("_"))
+        return {prefix.rstrip("."): f"{str(node['_target_']).rsplit('.', 1)[-1]} {keys}".strip()}
+    if not isinstance(node, dict):
+        return {prefix.rstrip("."): node}
+    out: dict[str, Any] = {}
+    for k, v in node.items():
+        out |= _flat(v, f"{prefix}{k}.")
+    return out
 
 
 def _metric_cell(rr: RowResult, m: str) -> str:
@@ -167,10 +184,12 @@ def main_table(an: Analysis) -> Table:
 def _varies(rr: RowResult, base_model: dict[str, Any]) -> str:
     """What a row changes from the reference (`base_model`), at the paper's scale: "h 1, d_k 512, d_v
     512"."""
+    swept = rr.row.split(" ", 1)[1:]  # a setting's command-line keys (collect.Run.setting)
     if rr.model is base_model:
-        return ""
+        return ", ".join(swept)
     cells = [(c, _cell_model(rr, base_model, k)) for k, c in MODEL_COLUMNS]
-    return ", ".join([f"{c} {v}" for c, v in cells if v] + ([o] if (o := _other(rr, base_model)) else []))
+    other = [o] if (o := _other(rr, base_model)) else []
+    return ", ".join([f"{c} {v}" for c, v in cells if v] + other + swept)
 
 
 def _against_paper(rr: RowResult, a: dict[str, list[str]]) -> str:

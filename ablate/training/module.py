@@ -70,7 +70,9 @@ class Seq2SeqModule(pl.LightningModule):
         self.cfg, self.total_steps, self.accumulate = cfg, total_steps, accumulate
         self.model = arch_of(cfg.model.arch).cls(model_cfg)
         # the row's criterion, with eps_ls (5.4) of the row under its recipe
-        self.criterion = criterion_of(cfg.model.criterion)(row_arch(cfg).label_smoothing, PAD)
+        self.criterion = criterion_of(cfg.model.criterion)(
+            row_arch(cfg).label_smoothing, PAD, **cfg.model.criterion_args
+        )
         # a researcher's model and criterion: what they raise is told with its place in their files
         self.theirs = {
             "model": researchers_folder(cfg.model.arch, ARCHS),
