@@ -490,7 +490,7 @@ def test_the_plans_composition_is_hydras(tmp_path):
         ["experiment=table3_multi30k", "model=A1", "seed=3", "data.root=/y", "trainer.threads=1"],
         ["model=E", "seed=1", "model.dropout=0.3", "train.max_steps=7", "results_dir=r"],
         ["model=E", "seed=1", "+extra=1"],  # not a plain value: composed by Hydra
-        ["model=base", "train.adam_betas=[0.8,0.9]", "decode.beam=2"],
+        ["model=base", "optim.betas=[0.8,0.9]", "decode.beam=2"],
     ]
     with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
         loader = GlobalHydra.instance().config_loader()

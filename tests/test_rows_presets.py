@@ -193,7 +193,7 @@ def test_command_line_wins():
 GROUP_KEYS = {
     "model": None,  # a row: ModelConfig's keys (checked by the schema)
     "scale": {"name", "width", "depth", "steps"},
-    "recipe": {"recipe", "base", "train", "data", "decode", "defaults"},
+    "recipe": {"recipe", "base", "train", "schedule", "data", "decode", "defaults"},
     "trainer": {"accelerator", "devices", "num_nodes", "precision", "strategy", "progress_bar", "threads"},
 }
 

@@ -43,14 +43,14 @@ CLOCK = ("time_s",)
 RECORD_TIMES = ("started", "finished", "wall_time_s", "train_time_s", "tokens_per_s", "processes")
 
 
-def run(where: Path, **env_extra: str) -> subprocess.CompletedProcess:
-    """The command in `where`, its results and data under names relative to it: two runs' records say
-    the same paths."""
+def run(where: Path, *extra: str, **env_extra: str) -> subprocess.CompletedProcess:
+    """The command in `where` (ARGS, then `extra`), its results and data under names relative to it: two
+    runs' records say the same paths."""
     path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env = dict(os.environ, WANDB_MODE="offline", PYTHONUNBUFFERED="1", PYTHONPATH=path, **env_extra)
     if not env_extra:
         env.pop(STOP_ENV, None)
-    cmd = [sys.executable, "-m", "ablate.run", *ARGS, "results_dir=results", "data.cache_dir=cache"]
+    cmd = [sys.executable, "-m", "ablate.run", *ARGS, *extra, "results_dir=results", "data.cache_dir=cache"]
     return subprocess.run(
         cmd, cwd=where, env=env, capture_output=True, text=True, timeout=300, start_new_session=True
     )

@@ -73,7 +73,8 @@ def check(cfg, group: str) -> type:
             hint = f"did you mean {' or '.join(near)}? " if near else ""
             raise ConfigError(
                 f"{group}.{key}: not a key of {value['_target_']} "
-                f"({hint}its keys: {', '.join(known) or 'none'})"
+                f"({hint}its keys: {', '.join(known) or 'none'}; a class of its own keys comes in a file of "
+                f"its own, conf/{group}/<name>.yaml, chosen by {group}=<name>)"
             )
     return cls
 
