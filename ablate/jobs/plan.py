@@ -56,9 +56,12 @@ def row_problem(cfg: RunConfig) -> str | None:
     """A row file that changes nothing from base would train a copy of base under another name. A name
     an experiment gives its model (`model: {name: parsing}`, the architecture in its recipe) is a label,
     not a row file: left alone."""
+    from ablate.config.study import current_study
+
     m = cfg.model
     changes = varied(m) or m.run or m.criterion_args
-    if m.name != "base" and not changes and _row_file(cfg) == m.name:
+    # a study's reference may be base under its paper's name (Shazeer's relu): a row, not a copy
+    if m.name not in ("base", current_study().reference) and not changes and _row_file(cfg) == m.name:
         return (
             f"model={cfg.model.name}: its row file varies nothing from base (a row states the keys it "
             "changes; base itself is model=base)"
