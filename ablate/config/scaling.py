@@ -18,8 +18,9 @@ def _scaled(x: int | float, factor: float) -> int:
 
 # How a row's change from the paper's base carries over to another base: sizes by the row's ratio to the
 # paper's base (C's N, d_model, d_ff; B's d_k; big's steps, 3x), every other key by the row's value (P_drop,
-# eps_ls, positions). h: a row that changes h with d_k (A) takes its own h and splits d_model as the paper's
-# row does (h * d_k = d_model); one that keeps d_k (big) has the ratio of heads, each of base's size.
+# eps_ls, positions, the components: ffn, norm, norm_type, tie_embeddings). h: a row that changes h with
+# d_k (A) takes its own h and splits d_model as the paper's row does (h * d_k = d_model); one that keeps
+# d_k (big) has the ratio of heads, each of base's size.
 _RATIO_KEYS = ("n_layers", "d_model", "d_ff", "d_k", "d_v", "train_steps")
 
 
@@ -59,9 +60,11 @@ def row_arch(cfg: RunConfig) -> ArchConfig:
 def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
     """The row under the recipe's base and the scale's ratios, as the model builds it."""
     a, s = row_arch(cfg), cfg.scale
-    d_model = _scaled(a.d_model, s.width)
+    d_model, d_k = _scaled(a.d_model, s.width), _scaled(a.d_k, s.width)
     if a.positional == "sinusoidal" and d_model % 2:
         d_model += 1
+    if a.positional == "rotary" and d_k % 2:  # rotary positions turn pairs of a head's dimensions
+        d_k += 1
     return TransformerConfig(
         vocab_size=vocab_size,
         n_layers=_scaled(a.n_layers, s.depth),
@@ -69,7 +72,7 @@ def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
         d_model=d_model,
         d_ff=_scaled(a.d_ff, s.width),
         n_heads=a.n_heads,
-        d_k=_scaled(a.d_k, s.width),
+        d_k=d_k,
         d_v=_scaled(a.d_v, s.width),
         dropout=a.dropout,
         attn_dropout=a.attn_dropout,
@@ -77,6 +80,9 @@ def effective_model(cfg: RunConfig, vocab_size: int) -> TransformerConfig:
         positional=a.positional,
         norm=a.norm,
         max_positions=a.max_positions,
+        ffn=a.ffn,
+        norm_type=a.norm_type,
+        tie_embeddings=a.tie_embeddings,
     )
 
 

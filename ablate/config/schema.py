@@ -33,12 +33,16 @@ class ArchConfig:
     dropout: float = 0.1  # P_drop
     label_smoothing: float = 0.1  # eps_ls
     train_steps: int = 100_000  # the row's own column: 100K, 300K for big
-    positional: str = "sinusoidal"  # sinusoidal | learned
+    positional: str = "sinusoidal"  # sinusoidal (paper) | learned (row E) | rotary | none
     norm: str = "post"  # post (paper) | pre (an option)
     attn_dropout: float = 0.0
     relu_dropout: float = 0.0
     max_positions: int = 1024  # learned positions only
     strict_heads: bool = True  # require h * d_v = d_model, as every row of Table 3 has it
+    # the components (options, not Table 3 rows; docs/models.md): a scale keeps their values
+    ffn: str = "relu"  # relu (paper) | gelu | swish | glu | bilinear | geglu | reglu | swiglu
+    norm_type: str = "layer"  # layer (paper's LayerNorm) | rms (RMSNorm)
+    tie_embeddings: bool = True  # one matrix for source, target and output (paper) | false: three
 
 
 PAPER_BASE = ArchConfig()

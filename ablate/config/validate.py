@@ -9,12 +9,17 @@ from ablate.config.scaling import check_row_meaning, preset_name, row_arch, step
 from ablate.config.schema import MIN_VOCAB, ArchConfig, ConfigError, RunConfig
 from ablate.config.targets import check as check_target
 from ablate.config.targets import node
+from ablate.nn.config import FFN_KINDS, NORM_TYPES, NORMS, POSITIONALS
 
 _CHOICES = {
-    "model.positional": ("sinusoidal", "learned"),
-    "model.norm": ("post", "pre"),
-    "base.positional": ("sinusoidal", "learned"),
-    "base.norm": ("post", "pre"),
+    "model.positional": POSITIONALS,
+    "model.norm": NORMS,
+    "model.ffn": FFN_KINDS,
+    "model.norm_type": NORM_TYPES,
+    "base.positional": POSITIONALS,
+    "base.norm": NORMS,
+    "base.ffn": FFN_KINDS,
+    "base.norm_type": NORM_TYPES,
     "data.spm_model_type": ("bpe", "unigram"),
     "data.bpe_dropout_sides": ("both", "src"),
     "train.on_nonfinite": ("stop", "skip"),
@@ -124,3 +129,5 @@ def _validate_arch(m: ArchConfig, group: str) -> None:
             raise ConfigError(f"{group}.{key}={getattr(m, key)} must be in [0, 1)")
     if m.positional == "sinusoidal" and m.d_model % 2:
         raise ConfigError(f"{group}.d_model={m.d_model} must be even for sinusoidal positions (3.5)")
+    if m.positional == "rotary" and m.d_k % 2:
+        raise ConfigError(f"{group}.d_k={m.d_k} must be even for rotary positions (they turn pairs)")

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ablate.nn.config import ADDED_DEFAULTS, GATED_FFN
 from ablate.records.store import preset_key
 
 MEASURE_STEPS = 50  # a calibration: enough steps for the seconds a step, past the first steps' warm-up
@@ -87,7 +88,10 @@ def model_key(model: dict[str, Any] | None) -> str:
     none of it)."""
     if not model:
         return ""
-    return json.dumps({k: v for k, v in model.items() if k != "vocab_size"}, sort_keys=True)
+    # a key added to the Transformer's config since, at its default, is what an older record built
+    older = {k for k, v in model.items() if k in ADDED_DEFAULTS and ADDED_DEFAULTS[k] == v}
+    kept = {k: v for k, v in model.items() if k != "vocab_size" and k not in older}
+    return json.dumps(kept, sort_keys=True)
 
 
 def timing(rec: dict[str, Any], cost: float | Callable[[], float | None]) -> Timing | None:
@@ -113,7 +117,8 @@ def transformer_macs(m: Any, tokens: int, length: int = SENTENCE) -> float:
     cross-attention projects the target's queries and outputs and the source's keys and values; the
     output layer, d_model x vocabulary a target token."""
     d, hk = m.d_model, m.n_heads * (m.d_k + m.d_v)
-    proj, attend, ffn = 2 * d * hk, hk * length, 2 * d * m.d_ff
+    proj, attend = 2 * d * hk, hk * length
+    ffn = (3 if m.ffn in GATED_FFN else 2) * d * m.d_ff  # a gated FFN: W, V and W2
     enc = m.n_layers * (proj + attend + ffn)
     dec = m.n_dec_layers * (proj + attend + ffn + d * hk + attend)
     source = enc + m.n_dec_layers * d * hk  # the cross-attention's keys and values of each source token

@@ -80,7 +80,8 @@ def _row_file(cfg: RunConfig) -> str:
 
 def model_text(cfg: RunConfig) -> str:
     """The model a run would build and how it trains it: layers, widths, heads, dropout, label smoothing,
-    steps (the vocabulary comes with the data). A researcher's model: its name and its own keys as it
+    positions, norm, the FFN's kind and untied embeddings where they are not the paper's, steps (the
+    vocabulary comes with the data). A researcher's model: its name and its own keys as it
     builds them; a criterion other than the paper's, named."""
     eps = f"eps_ls {row_arch(cfg).label_smoothing:g}"
     loss = f", criterion {cfg.model.criterion}" if cfg.model.criterion != DEFAULT_CRITERION else ""
@@ -90,9 +91,12 @@ def model_text(cfg: RunConfig) -> str:
     m = effective_model(cfg, 0)
     dec = m.n_dec_layers if m.n_dec_layers not in (None, m.n_layers) else None
     layers = f"N {m.n_layers}" + (f" (decoder {dec})" if dec is not None else "")
+    norm = f"{m.norm}-LN" if m.norm_type == "layer" else f"{m.norm}-RMSNorm"
+    ffn = f", {m.ffn} FFN" if m.ffn != "relu" else ""  # the components that are not the paper's, named
+    tied = ", untied embeddings" if not m.tie_embeddings else ""
     return (
         f"{layers}, d_model {m.d_model}, d_ff {m.d_ff}, h {m.n_heads}, d_k {m.d_k}, d_v {m.d_v}, "
-        f"P_drop {m.dropout:g}, {eps}, {m.positional} positions, {m.norm}-LN{loss}, "
+        f"P_drop {m.dropout:g}, {eps}, {m.positional} positions, {norm}{ffn}{tied}{loss}, "
         f"{total_steps(cfg):,} steps"
     )
 

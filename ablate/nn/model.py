@@ -1,9 +1,10 @@
 """The Transformer of "Attention Is All You Need" (Vaswani et al. 2017), in plain PyTorch.
 
 Read top to bottom in the paper's order: config (`TransformerConfig`, in ablate/nn/config.py so that a
-config is read without torch), embeddings + positions (section 3.4, 3.5), multi-head attention (3.2), the
-position-wise feed-forward network (3.3), encoder and decoder layers (3.1), the stacks, and the model with
-its incremental-decoding cache. Only torch and that config are imported here.
+config is read without torch), embeddings + positions (section 3.4, 3.5; rotary positions, an option),
+multi-head attention (3.2), the position-wise feed-forward network (3.3; its gated variants, an option),
+the residual unit and its norm (3.1; RMSNorm, an option), encoder and decoder layers (3.1), the stacks,
+and the model with its incremental-decoding cache. Only torch and that config are imported here.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ablate.nn.config import TransformerConfig  # the paper's hyperparameters (section 3, Table 3)
+from ablate.nn.config import GATED_FFN, TransformerConfig  # the paper's hyperparameters (section 3, Table 3)
 
 # ----------------------------------------------------------------------------------------------------------
 # Embeddings and positions (3.4, 3.5)
@@ -30,6 +31,9 @@ def sinusoid_table(n_positions: int, d_model: int) -> Tensor:
     table[:, 0::2] = torch.sin(angle)
     table[:, 1::2] = torch.cos(angle)
     return table.float()
+
+
+ADDED_POSITIONS = ("sinusoidal", "learned")  # absolute positions, added to the embeddings
 
 
 class Positions(nn.Module):
@@ -54,6 +58,42 @@ class Positions(nn.Module):
         if end > self.table.shape[0]:  # sinusoids extrapolate: grow the table (3.5)
             self.table = sinusoid_table(2 * end, self.d_model).to(self.table.device)
         return self.table[start:end]
+
+
+def rotary_angles(n_positions: int, d_k: int) -> Tensor:
+    """m * theta_i with theta_i = 10000^(-2i/d_k), i = 0 .. d_k/2 - 1 (Su et al. 2021, eq. 15), in float64."""
+    pos = torch.arange(n_positions, dtype=torch.float64)[:, None]  # (P, 1)
+    two_i = torch.arange(0, d_k, 2, dtype=torch.float64)[None, :]  # (1, d_k/2)
+    return pos / torch.pow(10000.0, two_i / d_k)  # (P, d_k/2)
+
+
+class Rotary(nn.Module):
+    """Rotary positions (RoFormer, Su et al. 2021, eq. 34), applied to self-attention's queries and keys:
+    each pair (x_2i, x_2i+1) of a query or key at position m turns by the angle m * theta_i,
+
+        x_2i   -> x_2i cos(m theta_i) - x_2i+1 sin(m theta_i)
+        x_2i+1 -> x_2i sin(m theta_i) + x_2i+1 cos(m theta_i)
+
+    A rotation keeps norms, and <R_m q, R_n k> = <q, R_(n-m) k>: a score depends on n - m only. Nothing is
+    added to the embeddings; cross-attention has no positions (its queries and keys are in two sequences).
+    One module shared by every self-attention layer; the table grows as sinusoids do (3.5)."""
+
+    def __init__(self, cfg: TransformerConfig):
+        super().__init__()
+        self.d_k = cfg.d_k
+        angle = rotary_angles(cfg.max_positions, cfg.d_k)  # float64: exact angles for a float64 model
+        self.register_buffer("cos", angle.cos(), persistent=False)  # (P, d_k/2)
+        self.register_buffer("sin", angle.sin(), persistent=False)
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:  # x (B, h, L, d_k) at start .. start+L-1
+        end = start + x.shape[-2]
+        if end > self.cos.shape[0]:
+            angle = rotary_angles(2 * end, self.d_k).to(self.cos.device)
+            self.cos, self.sin = angle.cos().to(self.cos.dtype), angle.sin().to(self.sin.dtype)
+        cos = self.cos[start:end].to(x.dtype)  # (L, d_k/2)
+        sin = self.sin[start:end].to(x.dtype)
+        even, odd = x[..., 0::2], x[..., 1::2]  # (B, h, L, d_k/2): x_2i, x_2i+1
+        return torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1).flatten(-2)
 
 
 class Dropout(nn.Module):
@@ -86,16 +126,19 @@ class Dropout(nn.Module):
 
 
 class Embed(nn.Module):
-    """Token embedding * sqrt(d_model) + position, then dropout (3.4, 5.4)."""
+    """Token embedding * sqrt(d_model) + position, then dropout (3.4, 5.4). Rotary positions and none add
+    nothing here."""
 
-    def __init__(self, cfg: TransformerConfig, shared: nn.Embedding):
+    def __init__(self, cfg: TransformerConfig, tokens: nn.Embedding):
         super().__init__()
-        self.tokens = shared  # the same module in encoder, decoder and the output projection
-        self.positions = Positions(cfg)
+        self.tokens = tokens  # tied: the same module in encoder, decoder and the output projection
+        self.positions = Positions(cfg) if cfg.positional in ADDED_POSITIONS else None
         self.scale = math.sqrt(cfg.d_model)
         self.dropout = Dropout(cfg.dropout)
 
     def forward(self, ids: Tensor, start: int = 0) -> Tensor:  # ids (B, L) -> (B, L, d)
+        if self.positions is None:
+            return self.dropout(self.tokens(ids) * self.scale)
         x = self.tokens(ids) * self.scale + self.positions(start, ids.shape[1])
         return self.dropout(x)
 
@@ -189,13 +232,15 @@ def softmax_last(x: Tensor) -> Tensor:
 class MultiHeadAttention(nn.Module):
     """MultiHead(Q, K, V) = Concat(head_1..head_h) W^O with head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i).
 
-    Self-attention projects Q, K and V with one fused matmul (the same parameters as three)."""
+    Self-attention projects Q, K and V with one fused matmul (the same parameters as three), and with
+    rotary positions rotates Q and K by their positions (`rotary`, shared by the layers)."""
 
-    def __init__(self, cfg: TransformerConfig, self_attention: bool):
+    def __init__(self, cfg: TransformerConfig, self_attention: bool, rotary: Rotary | None = None):
         super().__init__()
         h, d, dk, dv = cfg.n_heads, cfg.d_model, cfg.d_k, cfg.d_v
         self.h, self.dk, self.dv = h, dk, dv
         self.self_attention = self_attention
+        self.rotary = rotary
         if self_attention:
             self.qkv = nn.Linear(d, h * (2 * dk + dv))
         else:
@@ -222,20 +267,23 @@ class MultiHeadAttention(nn.Module):
         B, _, L, _ = o.shape
         return self.out(o.transpose(1, 2).reshape(B, L, self.h * self.dv))  # (B, L, d)
 
-    def forward_self(self, x: Tensor, mask: Tensor | None, causal: bool) -> Tensor:
+    def forward_self(self, x: Tensor, mask: Tensor | None, causal: bool) -> Tensor:  # positions 0 .. L-1
         q, k, v = self.qkv(x).split([self.h * self.dk, self.h * self.dk, self.h * self.dv], dim=-1)
-        return self._attend(
-            self._heads(q, self.dk), self._heads(k, self.dk), self._heads(v, self.dv), mask, causal
-        )
+        q, k = self._heads(q, self.dk), self._heads(k, self.dk)  # (B, h, L, d_k)
+        if self.rotary is not None:
+            q, k = self.rotary(q), self.rotary(k)
+        return self._attend(q, k, self._heads(v, self.dv), mask, causal)
 
     def forward_self_step(self, x: Tensor, cache: LayerCache, t: int) -> Tensor:
-        """One new position t (x: (B, 1, d)) attending to positions 0..t held in the cache."""
+        """One new position t (x: (B, 1, d)) attending to positions 0..t held in the cache (rotary: the
+        cache holds each key rotated by its own position, as forward_self computes it)."""
         q, k, v = self.qkv(x).split([self.h * self.dk, self.h * self.dk, self.h * self.dv], dim=-1)
-        cache.self_k[:, :, t : t + 1] = self._heads(k, self.dk)
+        q, k = self._heads(q, self.dk), self._heads(k, self.dk)  # (B, h, 1, d_k)
+        if self.rotary is not None:
+            q, k = self.rotary(q, t), self.rotary(k, t)
+        cache.self_k[:, :, t : t + 1] = k
         cache.self_v[:, :, t : t + 1] = self._heads(v, self.dv)
-        return self._attend(
-            self._heads(q, self.dk), cache.self_k[:, :, : t + 1], cache.self_v[:, :, : t + 1], None, False
-        )
+        return self._attend(q, cache.self_k[:, :, : t + 1], cache.self_v[:, :, : t + 1], None, False)
 
     def forward_cross(self, x: Tensor, k: Tensor, v: Tensor, mask: Tensor) -> Tensor:
         """x (R, L, d) against k, v (B, h, S, d_*) and mask (B, 1, 1, S). R = B: one row per source. R = B * g
@@ -250,26 +298,57 @@ class MultiHeadAttention(nn.Module):
         return self._attend(self._heads(self.q(x), self.dk), k, v, mask, False).view(R, L, -1)
 
 
+def _identity(x: Tensor) -> Tensor:
+    return x
+
+
+# The activation of each FFN kind (`ffn`): on the hidden units, or on the gate of a gated kind. GELU is the
+# exact one, x Phi(x) (Hendrycks & Gimpel 2016); Swish is Swish_1(x) = x sigmoid(x) (Ramachandran et al.).
+ACTIVATIONS = {
+    "relu": F.relu, "gelu": F.gelu, "swish": F.silu,
+    "glu": torch.sigmoid, "bilinear": _identity, "reglu": F.relu, "geglu": F.gelu, "swiglu": F.silu,
+}  # fmt: skip
+
+
 class FeedForward(nn.Module):
-    """FFN(x) = max(0, x W1 + b1) W2 + b2 (3.3)."""
+    """FFN(x) = max(0, x W1 + b1) W2 + b2 (3.3); gelu and swish put their activation in max's place.
+
+    Gated (Shazeer 2020, "GLU Variants Improve Transformer"): FFN(x) = (act(x W + b) * (x V + c)) W2 + b2
+    with act sigmoid (GLU), the identity (bilinear), max(0, .) (ReGLU), GELU (GEGLU) or Swish_1 (SwiGLU).
+    Shazeer's formulas have no biases; these keep the paper's FFN's, so a gated kind differs from ReLU's
+    only in its gate. W is w1 and V is v, two matmuls: one fused [W; V] matmul, split in two, was no faster
+    on CPU (its backward concatenates the halves' gradients). relu_dropout drops the hidden units,
+    act(x W + b) * (x V + c) for a gated kind."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
+        self.act = ACTIVATIONS[cfg.ffn]
         self.w1 = nn.Linear(cfg.d_model, cfg.d_ff)
+        self.v = nn.Linear(cfg.d_model, cfg.d_ff) if cfg.ffn in GATED_FFN else None
         self.w2 = nn.Linear(cfg.d_ff, cfg.d_model)
         self.dropout = Dropout(cfg.relu_dropout) if cfg.relu_dropout > 0 else nn.Identity()
 
-    def forward(self, x: Tensor) -> Tensor:
-        return self.w2(self.dropout(F.relu(self.w1(x))))
+    def forward(self, x: Tensor) -> Tensor:  # (..., d) -> (..., d)
+        if self.v is not None:  # (..., d_ff): act(x W + b) * (x V + c)
+            return self.w2(self.dropout(self.act(self.w1(x)) * self.v(x)))
+        return self.w2(self.dropout(self.act(self.w1(x))))
+
+
+def make_norm(cfg: TransformerConfig) -> nn.Module:
+    """LayerNorm(x) = (x - mean(x)) / sqrt(var(x) + eps) * g + b (Ba et al. 2016), the paper's; or
+    RMSNorm(x) = x / sqrt(mean(x^2) + eps) * g (Zhang & Sennrich 2019): no centring, no bias."""
+    if cfg.norm_type == "rms":
+        return nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps)
+    return nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
 
 
 class Residual(nn.Module):
-    """Post-LN: LayerNorm(x + Dropout(Sublayer(x))) (3.1, 5.4).
-    Pre-LN (an option): x + Dropout(Sublayer(LayerNorm(x)))."""
+    """Post-LN: Norm(x + Dropout(Sublayer(x))) (3.1, 5.4).
+    Pre-LN (an option): x + Dropout(Sublayer(Norm(x))). Norm: LayerNorm, or RMSNorm (`norm_type`)."""
 
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps)
+        self.norm = make_norm(cfg)
         self.dropout = Dropout(cfg.dropout)
         self.pre = cfg.norm == "pre"
 
@@ -284,9 +363,9 @@ class Residual(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, rotary: Rotary | None = None):
         super().__init__()
-        self.attn = MultiHeadAttention(cfg, self_attention=True)
+        self.attn = MultiHeadAttention(cfg, self_attention=True, rotary=rotary)
         self.ffn = FeedForward(cfg)
         self.res1, self.res2 = Residual(cfg), Residual(cfg)
 
@@ -296,9 +375,9 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: TransformerConfig):
+    def __init__(self, cfg: TransformerConfig, rotary: Rotary | None = None):
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg, self_attention=True)
+        self.self_attn = MultiHeadAttention(cfg, self_attention=True, rotary=rotary)
         self.cross_attn = MultiHeadAttention(cfg, self_attention=False)
         self.ffn = FeedForward(cfg)
         self.res1, self.res2, self.res3 = Residual(cfg), Residual(cfg), Residual(cfg)
@@ -317,8 +396,24 @@ class DecoderLayer(nn.Module):
         return self.res3(x, self.ffn)
 
 
+def init_tokens(weight: Tensor, cfg: TransformerConfig) -> None:
+    """A (V, d) token matrix ~ N(0, 1/d), the padding row zero."""
+    nn.init.normal_(weight, std=cfg.d_model**-0.5)
+    with torch.no_grad():
+        weight[cfg.pad_id].zero_()
+
+
+def token_table(cfg: TransformerConfig) -> nn.Embedding:
+    table = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
+    init_tokens(table.weight, cfg)
+    return table
+
+
 class Transformer(nn.Module):
-    """Encoder-decoder with one embedding matrix shared by source, target and the pre-softmax projection.
+    """Encoder-decoder with one embedding matrix shared by source, target and the pre-softmax projection
+    (3.4), or, untied (`tie_embeddings` false), three: a source embedding (`src_embed.tokens`), a target
+    embedding (`tgt_embed.tokens`) and an output projection (`output`, no bias), each initialized as the
+    shared one.
 
     It implements the model contract of docs/models.md: `forward` and `logits` to train, `encode`,
     `start_cache` and `step` (a cache with `reorder`) to be searched."""
@@ -328,24 +423,33 @@ class Transformer(nn.Module):
     def __init__(self, cfg: TransformerConfig):
         super().__init__()
         self.cfg = cfg
-        self.embedding = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_id)
-        nn.init.normal_(self.embedding.weight, std=cfg.d_model**-0.5)
-        with torch.no_grad():
-            self.embedding.weight[cfg.pad_id].zero_()
-        self.src_embed = Embed(cfg, self.embedding)
-        self.tgt_embed = Embed(cfg, self.embedding)
-        self.encoder = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_layers))
-        self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_dec_layers))
+        if cfg.tie_embeddings:
+            self.embedding = token_table(cfg)
+            src_tokens = tgt_tokens = self.embedding
+        else:
+            src_tokens, tgt_tokens = token_table(cfg), token_table(cfg)
+        self.src_embed = Embed(cfg, src_tokens)
+        self.tgt_embed = Embed(cfg, tgt_tokens)
+        rotary = Rotary(cfg) if cfg.positional == "rotary" else None  # no parameters: one for all layers
+        self.encoder = nn.ModuleList(EncoderLayer(cfg, rotary) for _ in range(cfg.n_layers))
+        self.decoder = nn.ModuleList(DecoderLayer(cfg, rotary) for _ in range(cfg.n_dec_layers))
         # Pre-LN stacks need a final norm; the paper's post-LN stack has none (section 3.1).
         pre = cfg.norm == "pre"
-        self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if pre else nn.Identity()
-        self.dec_norm = nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps) if pre else nn.Identity()
+        self.enc_norm = make_norm(cfg) if pre else nn.Identity()
+        self.dec_norm = make_norm(cfg) if pre else nn.Identity()
+        if not cfg.tie_embeddings:
+            self.output = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+            init_tokens(self.output.weight, cfg)  # as the tied matrix starts: logits of its scale
         self._init_linear()
 
     def _init_linear(self) -> None:
         # The paper gives no initialization; Xavier-uniform is what tensor2tensor's unit-scaling amounts to.
+        # Token and position tables (and the untied output projection) keep theirs.
+        tables = {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)}
+        if not self.cfg.tie_embeddings:
+            tables.add(id(self.output.weight))
         for name, p in self.named_parameters():
-            if p.dim() == 2 and "embedding" not in name and "positions" not in name:
+            if p.dim() == 2 and id(p) not in tables:
                 nn.init.xavier_uniform_(p)
             elif name.endswith(".bias"):
                 nn.init.zeros_(p)
@@ -366,12 +470,12 @@ class Transformer(nn.Module):
             x = layer(x, memory, src_mask)
         return self.dec_norm(x)
 
-    def logits(self, hidden: Tensor) -> Tensor:  # (..., d) -> (..., V): the shared matrix, transposed
-        return F.linear(hidden, self.embedding.weight)
+    def logits(self, hidden: Tensor) -> Tensor:  # (..., d) -> (..., V): the output matrix, transposed
+        return F.linear(hidden, self.output_weight)
 
     @property
     def output_weight(self) -> Tensor:  # (V, d): logits = hidden @ output_weight^T, no bias
-        return self.embedding.weight
+        return self.embedding.weight if self.cfg.tie_embeddings else self.output.weight
 
     def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:  # -> hidden states; see `logits`
         memory, mask = self.encode(src)

@@ -15,23 +15,28 @@ from __future__ import annotations
 from ablate import paper
 from ablate.config import ModelConfig, RunConfig, paper_model
 from ablate.config.arch import DEFAULT_ARCH, paper_scale_model
-from ablate.nn.config import TransformerConfig
+from ablate.nn.config import GATED_FFN, TransformerConfig
 from ablate.report.render import Table
 
 
 def closed_form(c: TransformerConfig) -> int:
-    """Parameters of ablate.nn.model.Transformer: one tied embedding (no output bias), biased linears,
-    2 LayerNorm parameters per unit, learned positions as one table per stack, final norms for pre-LN."""
-    d, h, dk, dv = c.d_model, c.n_heads, c.d_k, c.d_v
+    """Parameters of ablate.nn.model.Transformer: biased linears; an FFN of two matrices, or three for a
+    gated kind (W, V and W2, each with its bias); a norm of 2 d_model parameters per unit (LayerNorm's gain
+    and bias) or d_model (RMSNorm's gain); one tied embedding or three untied matrices (source, target,
+    output; no output bias); learned positions as one table per stack (sinusoidal, rotary and none have
+    no parameters); final norms for pre-LN."""
+    d, h, dk, dv, f = c.d_model, c.n_heads, c.d_k, c.d_v, c.d_ff
     attn = d * h * (2 * dk + dv) + h * (2 * dk + dv) + h * dv * d + d
-    ffn = 2 * d * c.d_ff + c.d_ff + c.d_model
-    enc = attn + ffn + 2 * 2 * d
-    dec = 2 * attn + ffn + 3 * 2 * d
-    total = c.n_layers * enc + c.n_dec_layers * dec + c.vocab_size * d
+    ffn = (3 * d * f + 2 * f + d) if c.ffn in GATED_FFN else (2 * d * f + f + d)
+    norm = 2 * d if c.norm_type == "layer" else d
+    enc = attn + ffn + 2 * norm
+    dec = 2 * attn + ffn + 3 * norm
+    tables = 1 if c.tie_embeddings else 3
+    total = c.n_layers * enc + c.n_dec_layers * dec + tables * c.vocab_size * d
     if c.positional == "learned":
         total += 2 * c.max_positions * d
     if c.norm == "pre":
-        total += 2 * 2 * d
+        total += 2 * norm
     return total
 
 
@@ -83,6 +88,9 @@ def params_rows(
                 "d_v": m.d_v,
                 "positional": m.positional,
                 "norm": m.norm,
+                "ffn": m.ffn,
+                "norm_type": m.norm_type,
+                "tie_embeddings": m.tie_embeddings,
                 "params": n,
                 "params_m": round(n / 1e6, 2),
                 "paper_m": printed,
@@ -101,6 +109,17 @@ def _other_row(row: str, m: ModelConfig, n: int, source: dict[str, str]) -> dict
         "params": n, "params_m": round(n / 1e6, 2), "paper_m": None, "paper_printed": False, "diff_m": None,
         "config_source": source.get(row, "yaml"),
     }  # fmt: skip
+
+
+def _components(r: dict) -> str:
+    """The pos cell: the positions, then each component that is not the paper's (pre-LN, RMSNorm, the FFN's
+    kind, untied embeddings)."""
+    rms = r.get("norm_type") == "rms"
+    norm = {(True, False): "pre-LN", (True, True): "pre-RMSNorm", (False, True): "RMSNorm"}
+    out = [r["positional"], norm.get((r["norm"] == "pre", rms), "")]
+    out.append(f"{r['ffn']} FFN" if r.get("ffn", "relu") != "relu" else "")
+    out.append("untied" if r.get("tie_embeddings") is False else "")
+    return ", ".join(x for x in out if x)
 
 
 def params_table(rows: list[dict], vocab: int) -> tuple[Table, list[str]]:
@@ -135,7 +154,7 @@ def params_table(rows: list[dict], vocab: int) -> tuple[Table, list[str]]:
                 r["n_heads"],
                 r["d_k"],
                 r["d_v"],
-                r["positional"] + (", pre-LN" if r["norm"] == "pre" else ""),
+                _components(r),
                 f"{r['params_m']:.2f}",
                 paper_cell,
                 diff,
@@ -152,4 +171,11 @@ def params_table(rows: list[dict], vocab: int) -> tuple[Table, list[str]]:
         "A row of another model (model.arch, in the pos column) is counted from that model built at its "
         "own config's size (its defaults and the row's model.args).",
     ]
+    if any(r.get("ffn", "relu") != "relu" or r.get("norm_type") == "rms" or r.get("tie_embeddings") is False
+           for r in rows):  # fmt: skip
+        notes.append(
+            "The pos column names a row's components where they are not the paper's: a gated FFN has three "
+            "matrices (3 d_model d_ff + 2 d_ff + d_model a layer), RMSNorm d_model parameters a norm "
+            "(LayerNorm's 2 d_model), untied embeddings three V x d_model matrices (docs/models.md)."
+        )
     return Table(cols, body, align="lrrrrrrlrrrl"), notes
