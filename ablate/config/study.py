@@ -35,7 +35,7 @@ from ablate.config.schema import ConfigError
 STUDY_FILE = "study.yaml"
 STUDY_ENV = "ABLATE_STUDY"
 DEFAULT_REFERENCE = "base"  # the paper's base model, Table 3's first row
-KEYS = ("name", "reference", "conf", "task")
+KEYS = ("name", "reference", "conf", "task", "paper_table", "paper_claims")
 PACKAGE_SCHEME = "pkg://"
 SEARCH_PROVIDER = "ablate-study"  # the provider of the study's entries of Hydra's search path
 
@@ -57,6 +57,14 @@ class Study:
     reference: str = DEFAULT_REFERENCE
     conf_dir: str = "conf"  # study.yaml's `conf`: a folder inside the study, or pkg://<package>/<dir>
     declared_task: str | None = None  # study.yaml's `task`
+    # study.yaml's `paper_table` and `paper_claims`: the paper this study reproduces (a CSV of its rows, its
+    # claims), beside the study's records whatever task they are of; None: the task's own paper
+    papers: tuple[tuple[str, str], ...] = ()
+
+    def paper_file(self, which: str) -> Path | None:
+        """The study's own `paper_table` or `paper_claims` file, where study.yaml names one."""
+        given = dict(self.papers).get(which)
+        return None if given is None or self.root is None else self.root / given
 
     @property
     def task(self) -> str | None:
@@ -147,7 +155,18 @@ def _read(root: Path) -> Study:
     if "conf" in data and not conf.startswith(PACKAGE_SCHEME) and not (root / conf).is_dir():
         raise ConfigError(f"{path}: conf: {conf} is not a folder of the study (or pkg://<package>/<dir>)")
     name = data.get("name", root.name)
-    return Study(root=root, name=name, reference=reference, conf_dir=conf, declared_task=data.get("task"))
+    papers = tuple((k, data[k]) for k in ("paper_table", "paper_claims") if k in data)
+    for key, value in papers:
+        if not (root / value).is_file():
+            raise ConfigError(f"{path}: {key}: {value} is not a file of the study")
+    return Study(
+        root=root,
+        name=name,
+        reference=reference,
+        conf_dir=conf,
+        declared_task=data.get("task"),
+        papers=papers,
+    )
 
 
 def current_study(start: Path | None = None) -> Study:

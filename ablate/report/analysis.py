@@ -263,7 +263,10 @@ def paper_delta(an: Analysis, row: str, metric: str) -> float | None:
 def paper_file(task: Task, which: str, reference: str):
     """The file of the task's `paper_table` or `paper_claims`. A package task's paper is this paper: a study
     of its own reads it only where its reference row is one of the paper's rows (a study of Table 3 against
-    another row); a study of another model (reference gru, say) has its own paper or none."""
+    another row); a study of another model (reference gru, say) has its own paper or none. A study that
+    names its paper in study.yaml reads that one (a study of the translation task beside another paper)."""
+    if (own := current_study().paper_file(which)) is not None or current_study().papers:
+        return own
     path = task.paper_file(which)
     if path is None or task.name not in BUILTIN or current_study().root is None:
         return path

@@ -68,6 +68,10 @@ def table_rows(coll: Collection, task: str = DEFAULT_TASK, study: Study | None =
     from ablate.tasks import task_of
 
     study = study or Study()
+    if (own := study.paper_file("paper_table")) is not None:
+        from ablate.paper import paper_table
+
+        return list(paper_table(own).figures)
     paper_rows = list(task_of(task).paper_figures())
     path = task_of(task).paper_file("paper_table")
     if paper_rows and (study.root is None or not path.resolve().is_relative_to(PACKAGE)):
