@@ -90,18 +90,26 @@ def apply_row_run(cfg: RunConfig, task_overrides: list[str]) -> RunConfig:
         node = plain
         for p in parts[:-1]:
             node = node.setdefault(p, {})
-        current = node.get(parts[-1])
-        if (
-            isinstance(value, dict)
-            and isinstance(current, dict)
-            and value.get("_target_") in (None, current.get("_target_"))
-        ):
-            value = {**current, **value}
-        node[parts[-1]] = value
+        node[parts[-1]] = _over(node.get(parts[-1]), value, dotted)
     try:
         return to_dataclass(plain)
     except Exception as e:  # noqa: BLE001 - OmegaConf's type error, in one line naming the key
         raise ConfigError(f"model.run: {str(e).splitlines()[0]} (row {cfg.model.name})") from None
+
+
+def _over(current: Any, value: Any, key: str) -> Any:
+    """A row's value over the run's: a mapping merges into the run's node; a `_target_` node of another
+    class takes, of the run's node, the keys its class takes too (the recipe's warmup and scale carry over
+    to another schedule, Adam's betas do not to SGD)."""
+    if not (isinstance(value, dict) and isinstance(current, dict)):
+        return value
+    target = value.get("_target_")
+    if target is None or target == current.get("_target_"):
+        return {**current, **value}
+    from ablate.config.targets import parameters, target_class
+
+    takes = set(parameters(target_class(key, value)))
+    return {**{k: v for k, v in current.items() if k in takes or k == "_partial_"}, **value}
 
 
 def varied_keys(task_overrides: list[str]) -> list[str]:
