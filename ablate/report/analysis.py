@@ -232,7 +232,9 @@ def analyse(
     ref = reference or coll.reference
     table = paper_of(task, ref)
     an = Analysis([], coll, n_boot, [], (PPL, *task.metrics), table, task, ref)
-    order = rows or ordered(set(table.figures if table else ()) | set(coll.runs))
+    # the paper's rows in its order (Table 3's, or a study's own paper's), then the others
+    paper_rows = list(table.figures) if table else []
+    order = rows or paper_rows + ordered(set(coll.runs) - set(paper_rows))
     results = [_row_result(an, row) for row in order]
     base = next((r for r in results if r.row == ref), None) or _row_result(an, ref)
     base_sent = _sentences(base)

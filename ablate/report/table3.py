@@ -41,7 +41,7 @@ MODEL_COLUMNS = (
 )
 
 
-OTHER_KEYS = ("positional", "norm", "attn_dropout", "relu_dropout")
+OTHER_KEYS = ("ffn", "norm_type", "positional", "norm", "tie_embeddings", "attn_dropout", "relu_dropout")
 
 
 ONE_SEED_LABEL = (
