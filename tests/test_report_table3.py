@@ -358,10 +358,12 @@ def test_missing_command(fixture_dir, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     # Seeds seen: 1..5. Missing cells grouped by seed set; B1 s3 failed; C1 s1 running (left alone);
     # A1 s3 (config changed) and E s1 (old code) are stale: rerun with resume=false.
-    # the records name no recipe (the default, cpu, then composes): each value that differs from it is given
+    # the records name no recipe (the default, cpu, then composes): each value that differs from it is given,
+    # the schedule's too (the records' warmup 4000 and, as they say no lr_scale, the paper's 1.0: not the
+    # cpu recipe's 100 and 0.3)
     over = (
         "scale=tiny data.vocab_size=8000 train.max_tokens=4096 train.batch_tokens=2000 "
-        "train.warmup_steps=4000 trainer.accelerator=cpu"
+        "trainer.accelerator=cpu schedule.warmup_steps=4000 schedule.scale=1.0"
     )
     assert out == [
         f"python -m ablate.run -m model=base,A1 seed=4,5 {over}",

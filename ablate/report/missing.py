@@ -174,10 +174,39 @@ def run_overrides(
                 default = list(preset[key]) if isinstance(preset[key], tuple) else preset[key]
             if v != default:
                 out.append(f"{key}={_hydra_value(v)}")
+    out += node_overrides(run, preset)
     if run.rec.get("task", DEFAULT_TASK) != DEFAULT_TASK:
         out.append(f"task={run.rec['task']}")
     if results_dir and results_dir != default_results():
         out.append(f"results_dir={_hydra_value(results_dir)}")
+    return out
+
+
+def node_overrides(run: Run, preset: dict[str, Any]) -> list[str]:
+    """The overrides of a record's optimizer and schedule (config/targets.py nodes; a record of the layout
+    before their groups reads as its Adam and schedule, config.migrate) where they differ from what the
+    presets compose: the group whose file has the record's class (`schedule=cosine`), then each key."""
+    import yaml
+
+    from ablate.config import migrate
+    from ablate.config.targets import PAPER
+
+    config = migrate(run.rec.get("config") or {})
+    out = []
+    for group in ("optim", "schedule"):
+        mine, theirs = config.get(group) or PAPER[group], preset.get(group) or PAPER[group]
+        if mine.get("_target_") != theirs.get("_target_"):
+            files = sorted((DEFAULT_CONF_MODEL.parent / group).glob("*.yaml"))
+            named = {p.stem: yaml.safe_load(p.read_text()) for p in files}
+            name = next((n for n, v in named.items() if v.get("_target_") == mine.get("_target_")), None)
+            out.append(f"{group}={name}" if name else f"{group}._target_={mine.get('_target_')}")
+            theirs = {
+                **(named.get(name) or {}),
+                **{k: v for k, v in theirs.items() if k in ("warmup_steps", "scale")},
+            }
+        for key, value in mine.items():
+            if key not in ("_target_", "_partial_") and theirs.get(key, object()) != value:
+                out.append(f"{'' if key in theirs else '+'}{group}.{key}={_hydra_value(value)}")
     return out
 
 
