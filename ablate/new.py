@@ -19,6 +19,7 @@ from pathlib import Path
 
 SCAFFOLD = Path(__file__).resolve().parent / "scaffold"
 TEMPLATE = ".tmpl"  # a template's suffix where its own would make it a module of the package
+DOT = "dot-"  # a dotfile's prefix in the scaffold (package data leaves out names that start with a dot)
 
 
 def module_name(name: str) -> str:
@@ -35,7 +36,8 @@ def files(model: bool) -> dict[str, Path]:
         root = SCAFFOLD / part
         for f in sorted(root.rglob("*")):
             if f.is_file() and "__pycache__" not in f.parts:
-                out[f.relative_to(root).as_posix().removesuffix(TEMPLATE)] = f
+                rel = f.relative_to(root).as_posix().removesuffix(TEMPLATE)
+                out[re.sub(rf"(^|/){DOT}", r"\1.", rel)] = f
     return out
 
 
