@@ -49,7 +49,7 @@ CONFIGS = {  # task -> name -> arguments; each long enough that beam search writ
         # budget left out (the only figure a clock decides), dev F1 at the last step; with these keys set,
         # experiment=wsj_parsing_cpu_steps (21,000 steps, no budget) is the same configuration
         "ptb_sample": ["experiment=wsj_parsing_cpu", f"task_cfg.treebank_dir={PTB_SAMPLE}",
-                       "train.max_steps=4", "train.lr_schedule=cosine", "train.lr_peak=0.001",
+                       "train.max_steps=4", "schedule=cosine", "schedule.peak=0.001",
                        "train.budget_minutes=null",
                        "train.val_every=2", "train.checkpoint_every=2", "train.decode_every=4",
                        "decode.dev_limit=2", "decode.beam=4"],  # beam 21 of an untrained model: minutes
@@ -103,6 +103,13 @@ def in_layout_of(rev: str | None, args: list[str]) -> list[str]:
     its old name where `rev` predates the move."""
     if rev is None:
         return args
+    if (
+        subprocess.run(
+            ["git", "cat-file", "-e", f"{rev}:conf/schedule"], cwd=ROOT, stderr=subprocess.DEVNULL
+        ).returncode
+        != 0
+    ):
+        args = before_schedule_group(args)
     if subprocess.run(["git", "grep", "-q", "decode_every", rev, "--", "ablate"], cwd=ROOT).returncode == 0:
         return args
     from ablate.config import RENAMED
@@ -112,6 +119,24 @@ def in_layout_of(rev: str | None, args: list[str]) -> list[str]:
     for arg in args:
         key, eq, value = arg.partition("=")
         out.append(f"{old_name.get(key, key)}{eq}{value}")
+    return out
+
+
+# The schedule's command-line keys as `train` held them before the `schedule` group (config.LEGACY_TRAIN).
+_SCHEDULE_KEYS = {
+    "schedule": "train.lr_schedule",
+    "schedule.peak": "train.lr_peak",
+    "schedule.warmup_steps": "train.warmup_steps",
+    "schedule.scale": "train.lr_scale",
+}
+
+
+def before_schedule_group(args: list[str]) -> list[str]:
+    """Command-line keys of the schedule under their names before its group; the rest as they are."""
+    out = []
+    for arg in args:
+        key, eq, value = arg.partition("=")
+        out.append(f"{_SCHEDULE_KEYS.get(key, key)}{eq}{value}")
     return out
 
 
@@ -171,7 +196,9 @@ def machine() -> str:
 
 def kept_path(rev: str, task: str) -> Path:
     """Where the fingerprint of `rev`'s tiny runs of `task` on this machine is kept."""
-    configs = json.dumps(CONFIGS[task]).replace(str(MULTI30K), "<multi30k>").replace(str(PTB_SAMPLE), "<ptb>")
+    # the configurations as written before the schedule group, so that a kept fingerprint outlives its move
+    written = {name: before_schedule_group(args) for name, args in CONFIGS[task].items()}
+    configs = json.dumps(written).replace(str(MULTI30K), "<multi30k>").replace(str(PTB_SAMPLE), "<ptb>")
     what = "\n".join([tree(rev), task, configs, json.dumps([COMMON, SHORT])])
     return KEPT / f"{task}-{hashlib.sha256(what.encode()).hexdigest()[:12]}-{machine()}.json"
 

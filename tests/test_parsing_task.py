@@ -211,7 +211,8 @@ def test_experiment_configs():
     assert "name: tiny" in job("experiment=wsj_parsing_builtin", "scale=tiny", "recipe=tiny")
     cpu = job("experiment=wsj_parsing_cpu", "task_cfg.treebank_dir=/ptb/sample")
     for line in ("tgt_lang: tree_words", "constituent_pairs: true", "vocab_size: 4000", "max_steps: 30000",
-                 "lr_schedule: cosine", "budget_minutes: 55", "well_formed: true", "beam: 21"):  # fmt: skip
+                 "_target_: ablate.nn.optim.Cosine", "budget_minutes: 55", "well_formed: true",
+                 "beam: 21"):  # fmt: skip
         assert line in cpu, line
     assert "constituent_pairs: false" in paper  # the paper's setting: whole trees only
     assert "well_formed: false" in paper  # the paper's: a free search, its malformed outputs repaired

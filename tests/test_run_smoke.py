@@ -95,9 +95,9 @@ def test_time_budget_ends_the_decay_and_the_run_at_the_deadline(tmp_path):
     warmup = 1  # every logged step (each 10th) is past the warmup
     p = run(
         tmp_path,
-        "train.lr_schedule=cosine",
-        "train.lr_peak=1e-3",
-        f"train.warmup_steps={warmup}",
+        "schedule=cosine",
+        "schedule.peak=1e-3",
+        f"schedule.warmup_steps={warmup}",
         "train.budget_minutes=0.1",
         "train.max_steps=100000",
         "train.checkpoint_every=100000",
