@@ -157,7 +157,7 @@ def test_ablate_new_writes_a_study_to_edit_and_never_over_one(tmp_path, monkeypa
     study = tmp_path / "k-1"
     written = {p.relative_to(study).as_posix() for p in study.rglob("*") if p.is_file()}
     assert written == {
-        "study.yaml", "README.md", "paper_table.csv", "paper_claims.yaml", "k_1_task.py", "k_1_model.py",
+        "study.yaml", ".gitignore", "README.md", "paper_table.csv", "paper_claims.yaml", "k_1_task.py", "k_1_model.py",
         "conf/experiment/k-1.yaml", "conf/model/base.yaml", "conf/model/noattn.yaml", "tests/test_study.py",
     }  # fmt: skip
     assert current_study(study / "conf").name == "k-1" and current_study(study).reference == "base"
