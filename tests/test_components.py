@@ -419,3 +419,19 @@ def test_a_non_boolean_tie_embeddings_is_refused_where_the_config_composes():
 
     with pytest.raises(ConfigCompositionException, match="model.tie_embeddings=maybe"):
         _composed("model.tie_embeddings=maybe")
+
+
+def test_a_record_written_before_the_components_is_of_the_same_model_as_a_default_run():
+    """The plan's estimates match a run to the records of its model (`model_key`): a record's
+    `model_effective` from before the component keys lacks them, and is the default model."""
+    from dataclasses import asdict
+
+    from ablate.jobs.estimate import model_key
+    from ablate.nn.config import ADDED_DEFAULTS
+
+    now = asdict(effective_model(RunConfig(), 37_000))
+    older = {k: v for k, v in now.items() if k not in ADDED_DEFAULTS}
+    assert set(now) - set(older) == {"ffn", "norm_type", "tie_embeddings"}
+    assert model_key(now) == model_key(older)
+    assert model_key({**now, "ffn": "swiglu"}) != model_key(older)
+    assert model_key({**now, "tie_embeddings": False}) != model_key(older)
