@@ -106,11 +106,23 @@ def model64(seed=0, **kw):
     m = Transformer(cfg).double().eval()
     # Sharpen the random model so that hypotheses differ in length and content.
     with torch.no_grad():
-        m.embedding.weight.mul_(4.0)
+        m.output_weight.mul_(4.0)
     return m
 
 
-@pytest.mark.parametrize("kw", [{}, {"positional": "learned"}, {"norm": "pre"}])
+# The components (docs/models.md), each alone and all at once
+COMPONENTS = [
+    {"positional": "rotary"},
+    {"positional": "none"},
+    {"ffn": "swiglu"},
+    {"ffn": "gelu"},
+    {"norm_type": "rms"},
+    {"tie_embeddings": False},
+    {"ffn": "geglu", "norm_type": "rms", "norm": "pre", "positional": "rotary", "tie_embeddings": False},
+]
+
+
+@pytest.mark.parametrize("kw", [{}, {"positional": "learned"}, {"norm": "pre"}, *COMPONENTS])
 def test_cached_decoding_equals_full_decoding(kw):
     m = model64(**kw)
     src = torch.tensor([[5, 6, 7, 8, 3, 0], [9, 10, 11, 12, 13, 3]])
@@ -124,15 +136,54 @@ def test_cached_decoding_equals_full_decoding(kw):
     assert g1.tokens == g2.tokens
 
 
+def _steps_and_full(m, src, tgt):
+    """The logits of each step on the cache, and of the teacher-forced decoder over the same prefix."""
+    memory, mask = m.encode(src)
+    full = m.logits(m.decode(tgt, memory, mask))  # (B, T, V)
+    cache = m.start_cache(memory, mask, tgt.shape[1])
+    steps = torch.stack([m.step(tgt[:, t], cache) for t in range(tgt.shape[1])], dim=1)
+    return steps, full
+
+
 def test_cached_step_logits_equal_full_decoder_logits():
     m = model64()
-    src = torch.tensor([[5, 6, 7, 3]])
-    tgt = torch.tensor([[BOS, 9, 4, 11, 12]])
-    memory, mask = m.encode(src)
-    full = m.logits(m.decode(tgt, memory, mask))[0]  # (T, V)
-    cache = m.start_cache(memory, mask, 8)
-    steps = torch.stack([m.step(tgt[:, t], cache)[0] for t in range(tgt.shape[1])])
+    steps, full = _steps_and_full(m, torch.tensor([[5, 6, 7, 3]]), torch.tensor([[BOS, 9, 4, 11, 12]]))
     assert torch.allclose(full, steps, rtol=0, atol=1e-10)
+
+
+def test_every_combination_of_the_components_decodes_on_its_cache_as_teacher_forced():
+    """ffn x norm_type x norm x positional x tie_embeddings, all 256: a step on the cache gives the logits of
+    the full decoder over the same prefix, in a batch with padding (rotary: queries and keys turned by
+    their positions in both)."""
+    import itertools
+
+    from ablate.nn.config import FFN_KINDS, NORM_TYPES, NORMS, POSITIONALS
+
+    src = torch.tensor([[5, 6, 7, 3, 0], [8, 9, 10, 11, 3]])
+    tgt = torch.tensor([[BOS, 9, 4, 11, 12, 13], [BOS, 5, 5, 6, 7, 8]])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tensors this small gain nothing from a second thread, and wait on a busy one
+    try:
+        for ffn, norm_type, norm, positional, tie in itertools.product(
+            FFN_KINDS, NORM_TYPES, NORMS, POSITIONALS, (True, False)
+        ):
+            kw = dict(ffn=ffn, norm_type=norm_type, norm=norm, positional=positional, tie_embeddings=tie)
+            m = model64(max_positions=8, **kw)
+            with torch.no_grad():
+                steps, full = _steps_and_full(m, src, tgt)
+            assert torch.allclose(full, steps, rtol=0, atol=1e-10), kw
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_rotary_decodes_past_its_table_on_the_cache_as_teacher_forced():
+    # the table holds 3 positions; both paths grow it (as sinusoids do) and agree on every step
+    m = model64(positional="rotary", max_positions=3)
+    tgt = torch.tensor([[BOS, 9, 4, 11, 12, 13, 14, 15]])
+    with torch.no_grad():
+        steps, full = _steps_and_full(m, torch.tensor([[5, 6, 7, 8, 9, 3]]), tgt)
+    assert torch.allclose(full, steps, rtol=0, atol=1e-10)
+    assert m.encoder[0].attn.rotary.cos.shape[0] >= 8
 
 
 def test_batched_beam_equals_one_sentence_at_a_time():

@@ -86,3 +86,58 @@ def test_project_row_yamls_match_the_paper():
         m = rc.models[row]
         got = {k: getattr(m, k) for k in pr.model_dict()}
         assert got == pr.model_dict(), f"conf/model/{row}.yaml differs from the paper's Table 3"
+
+
+def test_closed_form_counts_every_combination_of_the_components():
+    """ffn x norm_type x norm x positional x tie_embeddings, all 256: the formula against the built model's
+    own parameters (each shared tensor once)."""
+    import itertools
+
+    from ablate.nn.config import FFN_KINDS, NORM_TYPES, NORMS, POSITIONALS, TransformerConfig
+    from ablate.nn.model import Transformer
+
+    combos = list(itertools.product(FFN_KINDS, NORM_TYPES, NORMS, POSITIONALS, (True, False)))
+    assert len(combos) == 8 * 2 * 2 * 4 * 2
+    for ffn, norm_type, norm, positional, tie in combos:
+        c = TransformerConfig(
+            vocab_size=37, n_layers=2, n_dec_layers=1, d_model=12, d_ff=20, n_heads=3, d_k=4, d_v=5,
+            max_positions=9, ffn=ffn, norm_type=norm_type, norm=norm, positional=positional,
+            tie_embeddings=tie,
+        )  # fmt: skip
+        model = Transformer(c)
+        assert closed_form(c) == sum(p.numel() for p in model.parameters()), c
+
+
+def test_each_components_count_by_hand():
+    """The closed form's terms, one component at a time, at base's size (d 512, d_ff 2048, N 6, V 37000)."""
+    d, f, n_units, layers = 512, 2048, 6 * 2 + 6 * 3, 12
+    base = paper_model(ModelConfig(), 37_000)
+    assert closed_form(base) == 63_082_496
+
+    def count(**kw):
+        return closed_form(paper_model(ModelConfig(**kw), 37_000))
+
+    for kind in ("gelu", "swish"):  # the activation alone
+        assert count(ffn=kind) == 63_082_496
+    for kind in ("glu", "bilinear", "geglu", "reglu", "swiglu"):  # + V and its bias, each FFN
+        assert count(ffn=kind) == 63_082_496 + layers * (d * f + f)
+    assert count(norm_type="rms") == 63_082_496 - n_units * d  # no bias a norm
+    assert count(norm="pre", norm_type="rms") == 63_082_496 - n_units * d + 2 * d  # final norms: gains
+    assert count(tie_embeddings=False) == 63_082_496 + 2 * 37_000 * d
+    assert count(positional="rotary") == count(positional="none") == 63_082_496
+    # a gated FFN at 2/3 of ReLU's d_ff (1365): ReLU's parameters within 0.01%
+    gated = count(ffn="swiglu", d_ff=1365)
+    assert gated - 63_082_496 == layers * ((3 * d * 1365 + 2 * 1365 + d) - (2 * d * f + f + d)) == 2_040
+    assert meta_count(paper_model(ModelConfig(ffn="swiglu", d_ff=1365), 37_000)) == gated
+
+
+def test_params_table_names_a_rows_components(tmp_path, capsys):
+    (tmp_path / "swiglu.yaml").write_text(
+        "defaults:\n  - base\n  - _self_\nname: swiglu\nffn: swiglu\nd_ff: 1365\nnorm_type: rms\n"
+        "positional: rotary\ntie_embeddings: false\n"
+    )
+    assert main(["params", "--conf", str(tmp_path), "--rows", "base,swiglu"]) == 0
+    out = capsys.readouterr().out
+    assert "| base | 6 | 512 | 2048 | 8 | 64 | 64 | sinusoidal | 63.08 |" in out
+    # 63,082,496 + 2,040 (gated at 1365) - 30 x 512 (RMSNorm) + 2 x 37,000 x 512 (untied) = 100,957,176
+    assert "| swiglu | 6 | 512 | 1365 | 8 | 64 | 64 | rotary, RMSNorm, swiglu FFN, untied | 100.96 |" in out
