@@ -146,7 +146,7 @@ def test_vocabulary_larger_than_the_data_supports(tmp_path):
         (["model.label_smoothing=1.0"], "model.label_smoothing=1.0 must be in \\[0, 1\\)"),
         (["model.label_smoothing=-0.5"], "model.label_smoothing=-0.5"),
         (["model.d_model=511", "model.strict_heads=false"], "model.d_model=511 must be even"),
-        (["model.positional=alibi"], "model.positional='alibi' is not one of sinusoidal, learned, rotary, none"),
+        (["model.positional=alibi"], "model.positional='alibi' is not one of sinusoidal, learned, rotary"),
         (["train.budget_minutes=30"], "train.budget_minutes=30.0 needs a schedule that decays to an end"),
         (["schedule=cosine", "train.budget_minutes=0"], "train.budget_minutes=0.0 must be positive"),
         (

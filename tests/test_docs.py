@@ -77,3 +77,27 @@ def test_reliability_gives_the_limits_the_code_uses():
     assert f"a length ratio over `data.max_len_ratio`, {DataConfig().max_len_ratio:g} by default" in text
     assert f"(at least {MIN_VOCAB})" in text
     assert "100,000" not in text
+
+
+def test_the_readme_quotes_the_glu_study_as_its_report_states_it():
+    """The README's GLU-variants table (one column a row) is the summary of studies/glu_variants/report.md:
+    each row's dev PPL mean, its Δ relu and the paper's Δ, and the agreement count."""
+    readme = (ROOT / "README.md").read_text()
+    report = (ROOT / "studies" / "glu_variants" / "report.md").read_text()
+    block = readme.split("## A second paper")[1].split("\n## ")[0]
+    rows = [ln for ln in block.splitlines() if ln.startswith("| ")]
+    lines = [[c.strip() for c in ln.strip("|").split("|")] for ln in rows]
+    header, quoted = lines[0][1:], {ln[0]: ln[1:] for ln in lines[1:]}
+    summary = report.split("## Summary\n")[1].split("## Table\n")[0]
+    seen = []
+    for ln in summary.splitlines():
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        if cells[0] not in header:
+            continue
+        i = header.index(cells[0])
+        seen.append(cells[0])
+        assert quoted["dev PPL"][i] == cells[2].split(" ± ")[0], cells
+        assert (quoted["Δ relu"][i], quoted["paper Δ"][i]) == (cells[3], cells[4]), cells
+    assert seen == header  # every row of the report, in its order
+    count = re.search(r"\*\*Against the paper: (\d+) of the (\d+) rows", report).groups()
+    assert f"{count[0]} of the {count[1]} rows" in block

@@ -157,8 +157,9 @@ def test_ablate_new_writes_a_study_to_edit_and_never_over_one(tmp_path, monkeypa
     study = tmp_path / "k-1"
     written = {p.relative_to(study).as_posix() for p in study.rglob("*") if p.is_file()}
     assert written == {
-        "study.yaml", ".gitignore", "README.md", "paper_table.csv", "paper_claims.yaml", "k_1_task.py", "k_1_model.py",
-        "conf/experiment/k-1.yaml", "conf/model/base.yaml", "conf/model/noattn.yaml", "tests/test_study.py",
+        "study.yaml", ".gitignore", "README.md", "paper_table.csv", "paper_claims.yaml", "k_1_task.py",
+        "k_1_model.py", "conf/experiment/k-1.yaml", "conf/model/base.yaml", "conf/model/noattn.yaml",
+        "tests/test_study.py",
     }  # fmt: skip
     assert current_study(study / "conf").name == "k-1" and current_study(study).reference == "base"
     assert "arch: k_1_model:GRUSeq2Seq" in (study / "conf" / "model" / "base.yaml").read_text()
@@ -172,6 +173,29 @@ def test_ablate_new_writes_a_study_to_edit_and_never_over_one(tmp_path, monkeypa
         .endswith("exists and is not an empty folder; a study starts in a new one")
     )
     assert module_name("2nd study") == "s_2nd_study" and module_name("class") == "s_class"
+
+
+def test_a_fresh_studys_missing_command_composes_its_experiment(tmp_path, monkeypatch, capsys):
+    """No record yet: the command --missing-command prints names the study's experiment (named as the
+    study), so it plans the study's presets and task, as its README's sweep does."""
+    from ablate.new import main as new
+    from ablate.report.__main__ import main as report
+
+    monkeypatch.delenv(STUDY_ENV, raising=False)
+    assert new([str(tmp_path / "fresh")]) == 0
+    monkeypatch.chdir(tmp_path / "fresh")
+    capsys.readouterr()
+    assert report(["--missing-command"]) == 0
+    (line,) = capsys.readouterr().out.strip().splitlines()
+    assert shlex.split(line) == [
+        "python",
+        "-m",
+        "ablate.run",
+        "-m",
+        "model=base,wide",
+        "seed=1",
+        "experiment=fresh",
+    ]
 
 
 def test_the_scaffolds_word_accuracy_counts_words_at_their_place(tmp_path, monkeypatch):

@@ -262,6 +262,8 @@ def missing_commands(
     cells = missing_cells(an, rows, seeds, task, study)
     tmpl = an.coll.template()
     over = command_overrides(tmpl, results_dir)
+    if tmpl is None and (experiment := (study or current_study()).experiment) is not None:
+        over.insert(0, shlex.quote(f"experiment={experiment}"))  # no record yet: the study's own presets
     wanted = list(dict.fromkeys(row for row, _ in cells))
     refused = unfiled_rows(an.coll, wanted, task)
     refused |= refused_rows(an, tmpl, sorted(set(wanted) - set(refused)))
