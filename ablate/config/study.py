@@ -85,14 +85,6 @@ class Study:
         return named.pop() if len(named) == 1 else None
 
     @property
-    def experiment(self) -> str | None:
-        """The experiment a command of the study composes when no record says how it ran: the one named as
-        the study (the scaffold writes it), else the study's only experiment file (None: neither)."""
-        found = sorted((self.conf / "experiment").glob("*.yaml")) if self.conf is not None else []
-        names = [p.stem for p in found]
-        return self.name if self.name in names else names[0] if len(names) == 1 else None
-
-    @property
     def conf(self) -> Path | None:
         """The study's config folder (rows under model/, experiments under experiment/), if it has one: a
         folder of the study, or the folder of the installed package its `pkg://` entry names."""

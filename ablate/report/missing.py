@@ -262,7 +262,7 @@ def missing_commands(
     cells = missing_cells(an, rows, seeds, task, study)
     tmpl = an.coll.template()
     over = command_overrides(tmpl, results_dir)
-    if tmpl is None and (experiment := (study or current_study()).experiment) is not None:
+    if tmpl is None and (experiment := study_experiment(study or current_study())) is not None:
         over.insert(0, shlex.quote(f"experiment={experiment}"))  # no record yet: the study's own presets
     wanted = list(dict.fromkeys(row for row, _ in cells))
     refused = unfiled_rows(an.coll, wanted, task)
@@ -290,6 +290,14 @@ def missing_commands(
                 cmd.append("resume=false")
             out.append(" ".join(cmd))
     return out
+
+
+def study_experiment(study: Study) -> str | None:
+    """The experiment a command of `study` composes when no record says how it ran: the one named as the
+    study (the scaffold writes it), else the study's only experiment file (None: neither)."""
+    found = sorted((study.conf / "experiment").glob("*.yaml")) if study.conf is not None else []
+    names = [p.stem for p in found]
+    return study.name if study.name in names else names[0] if len(names) == 1 else None
 
 
 def preset_values(overrides: list[str]) -> dict[str, Any]:
