@@ -5,6 +5,7 @@ the files of the run nothing stopped."""
 
 from __future__ import annotations
 
+import json
 import math
 from functools import partial
 from pathlib import Path
@@ -127,3 +128,19 @@ def test_every_optimizer_and_schedule_resumes_exactly_after_a_stop(tmp_path, opt
     again = run(stopped, *extra)
     assert again.returncode == 0, again.stderr[-3000:]
     assert_same(what_it_left(run_dir(whole)), what_it_left(run_dir(stopped)))
+
+
+def test_a_run_of_the_new_components_and_adamw_resumes_exactly_after_a_stop(tmp_path):
+    """SwiGLU, rotary positions and AdamW together: Ctrl-C at step 6, the same command again, and the files
+    the uninterrupted run leaves (its weights, curves, hypotheses and metrics)."""
+    from test_stop_anywhere import STOP_ENV, assert_same, run, run_dir, what_it_left
+
+    extra = ["model.ffn=swiglu", "model.positional=rotary", "optim=adamw"]
+    whole, stopped = tmp_path / "whole", tmp_path / "stopped"
+    whole.mkdir(), stopped.mkdir()
+    assert run(whole, *extra).returncode == 0
+    s = run(stopped, *extra, **{STOP_ENV: "step@6:SIGINT"})
+    assert s.returncode == 130 and "injected fault" in s.stdout, s.stderr[-3000:]
+    assert run(stopped, *extra).returncode == 0
+    assert_same(what_it_left(run_dir(whole)), what_it_left(run_dir(stopped)))
+    assert json.loads((run_dir(whole) / "record.json").read_text())["model_effective"]["ffn"] == "swiglu"

@@ -277,3 +277,28 @@ def test_the_report_run_decides_like_training_and_keeps_the_report_as_an_artifac
     assert [(a["name"], a["type"], a["files"]) for a in s["artifacts"] if a["type"] == "report"] == [
         ("table3-report-tiny-trainer-cpu", "report", ["table3.md"])
     ]
+
+
+def test_a_study_of_its_own_model_trains_with_the_default_logger_and_w_and_b_holds_its_keys(tmp_path):
+    """`ablate.new s --model`, then its README's first command with nothing added (the default logger, W&B
+    offline without credentials): it trains, and the W&B run's `ran.*` are its own model's keys (its
+    record's model_effective and parameter counts), not the Transformer's."""
+    from ablate.new import write
+
+    write(tmp_path / "s", "s", model=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "ABLATE_"))}
+    env.update(HOME=str(tmp_path), ABLATE_CACHE=str(tmp_path / "cache"))
+    cmd = [sys.executable, "-m", "ablate.run", "experiment=s", "recipe=tiny", "scale=tiny"]
+    p = subprocess.run(cmd, cwd=tmp_path / "s", env=env, capture_output=True, text=True, timeout=600,
+                       stdin=subprocess.DEVNULL)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-2000:]
+    rec_path = next((tmp_path / "s" / "results").rglob("record.json"))
+    rec = json.loads(rec_path.read_text())
+    s = summary(next(rec_path.parent.glob("wandb/offline-run-*/*.wandb")))
+    ran = rec["model_effective"]
+    assert s["config"]["ran"] == {
+        **ran,
+        "params": rec["params"],
+        "params_paper_scale": rec["params_paper_scale"],
+    }
+    assert "layers" in ran and "n_layers" not in ran  # the GRU's own names

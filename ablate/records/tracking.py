@@ -189,9 +189,11 @@ def _wandb_logger_class():
 def what_ran(run_dir: Path, config: dict) -> dict:
     """`ran.*`: the model that trained (after recipe and scale, from the run's record), and `paper.*`: the
     row as the paper's Table 3 states it, side by side in the run's W&B config, so that grouping, filters
-    and parallel coordinates show what trained, not the paper-size row the config names."""
+    and parallel coordinates show what trained, not the paper-size row the config names. A row of another
+    model (`model.arch`) holds its own keys (its `model.args` after recipe and scale) and no Table 3 row."""
     import json
 
+    from ablate.config.arch import DEFAULT_ARCH
     from ablate.paper import table3
 
     try:
@@ -199,10 +201,13 @@ def what_ran(run_dir: Path, config: dict) -> dict:
         m = rec["model_effective"]
     except (OSError, ValueError, KeyError):
         return {}
-    eps_ls = (config.get("model") or {}).get("label_smoothing")
+    model = config.get("model") or {}
+    counts = {"params": rec.get("params"), "params_paper_scale": rec.get("params_paper_scale")}
+    if model.get("arch", DEFAULT_ARCH) != DEFAULT_ARCH:
+        return {"ran": {**m, **counts}}
     ran = {"N": m["n_layers"], "d_model": m["d_model"], "d_ff": m["d_ff"], "h": m["n_heads"], "d_k": m["d_k"]}
-    ran.update(d_v=m["d_v"], P_drop=m["dropout"], eps_ls=eps_ls, positions=m["positional"])
-    ran.update(params=rec.get("params"), params_paper_scale=rec.get("params_paper_scale"))
+    ran.update(d_v=m["d_v"], P_drop=m["dropout"], eps_ls=model.get("label_smoothing"))
+    ran.update(positions=m["positional"], **counts)
     out = {"ran": ran}
     p = table3().get(str(rec.get("row")))
     if p is not None:
