@@ -38,6 +38,9 @@ CONFIGS = {  # task -> name -> arguments; each long enough that beam search writ
         # big: a row keeps its step column), the test set decoded in the run above
         "multi30k": ["-m", "experiment=table3_multi30k", f"data.root={MULTI30K}", "scale.steps=0.0005",
                      "train.average_last=0", *SHORT],
+        # the 8 rows of studies/glu_variants at its recipe, 1/200 of their steps, run from the study's folder
+        "glu_variants": ["-m", "experiment=glu_variants", f"data.root={MULTI30K}", "scale.steps=0.005",
+                         "train.average_last=0", *SHORT],
     },
     "parsing": {
         "builtin": ["experiment=wsj_parsing_builtin", "recipe=tiny", "scale=tiny", "train.max_steps=60",
@@ -55,12 +58,33 @@ CONFIGS = {  # task -> name -> arguments; each long enough that beam search writ
                        "decode.dev_limit=2", "decode.beam=4"],  # beam 21 of an untrained model: minutes
     },
 }  # fmt: skip
+# A configuration of a study's own experiment runs from the study's folder, at the revisions that have it.
+STUDY_OF = {"glu_variants": "studies/glu_variants"}
 TIMING = {"time_s", "tokens_per_s", "train/tokens_per_s", "parse_time_s", "test_parse_time_s"}
 
 
 def tree(rev: str) -> str:
     """What a tiny run at `rev` depends on: the package, the plugins and the configs, as git tree ids."""
     return " ".join(_git("rev-parse", f"{rev}:{p}") for p in ("ablate", "hydra_plugins", "conf"))
+
+
+def configs_at(rev: str | None, task: str) -> dict[str, list[str]]:
+    """The configurations of `task` that revision `rev` (None: the working tree) can run: a study's only
+    where the revision has the study's folder."""
+    return {
+        name: args
+        for name, args in CONFIGS[task].items()
+        if name not in STUDY_OF or rev is None or _has(rev, STUDY_OF[name])
+    }
+
+
+def _has(rev: str, path: str) -> bool:
+    return (
+        subprocess.run(
+            ["git", "cat-file", "-e", f"{rev}:{path}"], cwd=ROOT, stderr=subprocess.DEVNULL
+        ).returncode
+        == 0
+    )
 
 
 def fingerprint(rev: str | None, task: str, scratch: Path) -> dict:
@@ -75,8 +99,11 @@ def fingerprint(rev: str | None, task: str, scratch: Path) -> dict:
                            capture_output=True, text=True)  # fmt: skip
     assert check.stdout.startswith(str(wt)), f"{rev}: the run would import {check.stdout.strip()}"
     out: dict = {"runs": {}, "code_hash": set()}
-    for name, config in CONFIGS[task].items():
+    for name, config in configs_at(rev, task).items():
         results = out_dir / "results" / name
+        cwd, run_env = wt, env
+        if name in STUDY_OF:  # the study's folder finds its configs; the package is the worktree's
+            cwd, run_env = wt / STUDY_OF[name], {**env, "PYTHONPATH": str(wt)}
         if config[0] == BASELINE:
             args = [BASELINE, *config[1:], "--results", str(results)]
         else:
@@ -87,8 +114,8 @@ def fingerprint(rev: str | None, task: str, scratch: Path) -> dict:
                 f"hydra.run.dir={out_dir}/outputs/{name}",
             ]
             args = ["ablate.run", *in_layout_of(rev, config), *COMMON, *paths]
-        p = subprocess.run([sys.executable, "-m", *args], cwd=wt, env=env, capture_output=True, text=True,
-                           timeout=1800)  # fmt: skip
+        p = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=run_env, capture_output=True,
+                           text=True, timeout=1800)  # fmt: skip
         if p.returncode != 0:
             raise RuntimeError(f"{rev} {task} {name}: the tiny run failed: {p.stderr.strip()[-1500:]}")
         for rec_path in sorted(results.rglob("record.json")):
@@ -103,12 +130,7 @@ def in_layout_of(rev: str | None, args: list[str]) -> list[str]:
     its old name where `rev` predates the move."""
     if rev is None:
         return args
-    if (
-        subprocess.run(
-            ["git", "cat-file", "-e", f"{rev}:conf/schedule"], cwd=ROOT, stderr=subprocess.DEVNULL
-        ).returncode
-        != 0
-    ):
+    if not _has(rev, "conf/schedule"):
         args = before_schedule_group(args)
     if subprocess.run(["git", "grep", "-q", "decode_every", rev, "--", "ablate"], cwd=ROOT).returncode == 0:
         return args
@@ -197,7 +219,7 @@ def machine() -> str:
 def kept_path(rev: str, task: str) -> Path:
     """Where the fingerprint of `rev`'s tiny runs of `task` on this machine is kept."""
     # the configurations as written before the schedule group, so that a kept fingerprint outlives its move
-    written = {name: before_schedule_group(args) for name, args in CONFIGS[task].items()}
+    written = {name: before_schedule_group(args) for name, args in configs_at(rev, task).items()}
     configs = json.dumps(written).replace(str(MULTI30K), "<multi30k>").replace(str(PTB_SAMPLE), "<ptb>")
     what = "\n".join([tree(rev), task, configs, json.dumps([COMMON, SHORT])])
     return KEPT / f"{task}-{hashlib.sha256(what.encode()).hexdigest()[:12]}-{machine()}.json"

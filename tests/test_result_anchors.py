@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from result_anchors import CONFIGS, MULTI30K, PTB_SAMPLE, check_all, differences
+from result_anchors import CONFIGS, MULTI30K, PTB_SAMPLE, STUDY_OF, check_all, differences
 from test_staleness import _full_history
 
 from ablate.records.staleness import ANCHORS, anchors
@@ -60,9 +60,25 @@ def test_the_anchors_cover_every_configuration_of_the_committed_records():
     records = list(ROOT.glob("reports/*/runs/*/*/record.json"))
     experiments = {json.loads(p.read_text())["config"].get("experiment") for p in records} - {None}
     assert len(records) >= 64 and {"table3_multi30k", "wsj_parsing_cpu"} <= experiments
-    runs = [args for cfgs in CONFIGS.values() for args in cfgs.values() if args[0] != "ablate.baseline"]
+    runs = [
+        args
+        for cfgs in CONFIGS.values()
+        for name, args in cfgs.items()
+        if args[0] != "ablate.baseline" and name not in STUDY_OF
+    ]
     for e in sorted(experiments):
         assert any(_shortened_alike(e, args) for args in runs), f"experiment={e}: no anchor configuration"
+    for name, folder in STUDY_OF.items():  # a shipped study's records: its own configuration, in its folder
+        conf = [f"hydra.searchpath=[file://{ROOT / folder / 'conf'}]"]
+        ran = {
+            json.loads(p.read_text())["config"].get("experiment")
+            for p in (ROOT / folder).rglob("record.json")
+        }
+        assert ran == {name} and _shortened_alike(name, [*CONFIGS["translation"][name], *conf]), folder
+    shipped = {p.parents[3].name for p in ROOT.glob("studies/*/results/*/*/record.json")}
+    assert shipped <= {Path(f).name for f in STUDY_OF.values()}, (
+        "a shipped study with no anchor configuration"
+    )
     assert set(anchors(ANCHORS)) == set(TASKS)
 
 
