@@ -236,7 +236,7 @@ def entry(argv: list[str]) -> None:
         )
         sys.exit(2)
     if (
-        problem := results_dir_problem(argv)
+        problem := (None if plan.FLAG in argv else results_dir_problem(argv))  # a plan writes nothing
         or experiment_problem(argv)
         or (None if multirun else row_file_problem(argv))
     ):

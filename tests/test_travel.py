@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "reports" / "table3_multi30k" / "runs"
 # an absolute path as a shell or Hydra would read one: '/' at the start or after a blank, '=', quote or '['
@@ -334,3 +336,53 @@ def test_an_edited_helper_module_prepares_the_corpus_again(tmp_path, monkeypatch
     assert corpus_cache_key(cfg) == first
     helper.write_text(helper.read_text().replace("[::-1]", "[::-1] + 'x'"))
     assert corpus_cache_key(cfg) != first
+
+
+def _mount_read_only(source: Path, target: Path) -> bool:
+    """`source` at `target` as a read-only bind mount (root's; chmod does not stop root); False where this
+    machine does not allow it."""
+    target.mkdir()
+    if subprocess.run(["mount", "--bind", str(source), str(target)], capture_output=True).returncode != 0:
+        return False
+    if subprocess.run(["mount", "-o", "remount,bind,ro", str(target)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", str(target)], check=False)
+        return False
+    return True
+
+
+def test_a_read_only_mount_of_the_committed_table_reports_plans_and_decides_writing_nothing(
+    tmp_path, multi30k_dir
+):
+    """The Multi30k table's records on a truly read-only mount (an archive, a colleague's share): the
+    report is the committed report's (its summary, cell for cell), the plan finds every run finished, the
+    decide command prints its commands with exit 0 and says its look is not kept, and not a byte of the
+    mount changes."""
+    env, where = _machine(tmp_path)
+    runs = where["work"] / "runs"
+    if not _mount_read_only(COMMITTED, runs):
+        pytest.skip("read-only bind mounts need root and a kernel that allows them")
+    try:
+        before = _tree(runs)
+        env["MULTI30K_DIR"] = str(multi30k_dir)
+        report = ["-m", "ablate.report", "--results", "runs", "--preset", "multi30k_table3+paper"]
+        _run([*report, "--out", "out/t3.md", "--plots", "out/plots"], env, where["work"])
+        summary = (where["work"] / "out" / "t3.md").read_text().split("## Summary\n")[1].split("## Table")[0]
+        committed = (ROOT / "reports" / "table3_multi30k.md").read_text()
+        assert summary == committed.split("## Summary\n")[1].split("## Table")[0]
+        decided = _run([*report, "--decide-command"], env, where["work"])
+        assert decided.stdout.startswith("python -m ablate.run -m"), decided.stdout
+        assert "cannot be written" in decided.stderr and "not kept" in decided.stderr, decided.stderr
+        plan = [
+            "-m",
+            "ablate.run",
+            "-m",
+            "experiment=table3_multi30k",
+            "seed=1",
+            "results_dir=runs",
+            "--plan",
+        ]
+        done = _run(plan, env, where["work"])
+        assert "plan of 20 runs: 20 finished" in done.stdout + done.stderr
+        assert _tree(runs) == before
+    finally:
+        subprocess.run(["umount", str(runs)], check=False)

@@ -333,7 +333,9 @@ def where_set(cfg: RunConfig, key: str) -> str:
 
 def _config_folders() -> list[Path]:
     """The config folders of this Hydra job, the researcher's first; the package's conf/ alone outside."""
-    package = Path(__file__).resolve().parents[2] / "conf"
+    from ablate.config.study import package_conf
+
+    package = package_conf()  # where a wheel or a checkout holds the package's configs
     try:
         from hydra.core.hydra_config import HydraConfig
 

@@ -233,6 +233,7 @@ def preset_sources(presets: tuple[str, ...]) -> dict[str, str]:
     from omegaconf import OmegaConf
 
     from ablate.config import register_configs
+    from ablate.config.study import package_conf
 
     keys = ("experiment", "recipe", "scale", "data", "task")
     given = [o for o in presets if o.split("=", 1)[0] in keys]
@@ -240,7 +241,7 @@ def preset_sources(presets: tuple[str, ...]) -> dict[str, str]:
         return {}  # inside another Hydra application: none known
     register_configs()
     try:
-        with initialize_config_dir(str(Path(__file__).resolve().parents[2] / "conf"), version_base="1.3"):
+        with initialize_config_dir(str(package_conf()), version_base="1.3"):
             raw = OmegaConf.to_container(compose("config", overrides=[*given, "logger=none"]), resolve=False)
     except Exception:  # noqa: BLE001 - a preset this checkout does not have: no variable known
         return {}

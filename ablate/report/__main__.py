@@ -478,6 +478,15 @@ def _table3(args, coll, rows: list[str] | None, task: str) -> int:
     return 0
 
 
+def _unkept(results, n: int) -> None:
+    if n:
+        print(
+            f"note: {results} cannot be written: this look's {n} comparison(s) are not kept in its "
+            "looks.jsonl; a copy that can be written keeps them (the alpha later looks spend counts from it)",
+            file=sys.stderr,
+        )
+
+
 def _decide_command(an, decisions, results: str | None, rows: list[str] | None) -> int:
     """The run that decides the undecided rows (of --rows, where given), on stdout; the look it makes at
     every row compared, kept in looks.jsonl."""
@@ -490,14 +499,17 @@ def _decide_command(an, decisions, results: str | None, rows: list[str] | None) 
     from ablate.report.claims import pair_looks
 
     if found is None:  # the look is made all the same: its decisions stand as it saw them
-        record_looks(an.coll.results_dir, looks_made(decisions, an.coll.scale or "") + pair_looks(an))
+        _unkept(
+            an.coll.results_dir,
+            record_looks(an.coll.results_dir, looks_made(decisions, an.coll.scale or "") + pair_looks(an)),
+        )
         print(
             "nothing to decide: every row compared is decided, or past the seeds a decision could take",
             file=sys.stderr,
         )
         return 0
     cmd, looks, why = found
-    record_looks(an.coll.results_dir, looks + pair_looks(an))
+    _unkept(an.coll.results_dir, record_looks(an.coll.results_dir, looks + pair_looks(an)))
     print(why, file=sys.stderr)
     if cmd:  # none where nothing can be trained (a table whose seeds do not vary): stdout stays empty
         print(cmd)

@@ -221,22 +221,30 @@ def _bad(lk: Look) -> str | None:
     return None
 
 
-def record_looks(results: Path, looks: list[Look]) -> None:
+def record_looks(results: Path, looks: list[Look]) -> int:
     """Append the looks a decide command makes (one line each; earlier lines are never rewritten), under the
     file's lock (records.folder.run_lock): a second command at once waits, then reads what the first wrote.
-    A look at seeds already looked at is that look again: it is not written twice."""
+    A look at seeds already looked at is that look again: it is not written twice. Returns how many new
+    looks a folder that cannot be written (a read-only copy of a table) did not keep: it is left as it is."""
     from ablate.records.folder import run_lock
 
     path = Path(results) / LOOKS
     while True:
-        with run_lock(path) as mine:
-            if mine:
-                seen = {(*lk.key, lk.seeds) for lk in read_looks(results)}
-                new = [lk for lk in looks if (*lk.key, lk.seeds) not in seen]
-                if new:
-                    with open(path, "a", encoding="utf-8") as f:
-                        f.write("".join(json.dumps(asdict(lk)) + "\n" for lk in new))
-                return
+        seen = {(*lk.key, lk.seeds) for lk in read_looks(results)}
+        new = [lk for lk in looks if (*lk.key, lk.seeds) not in seen]
+        if not new:
+            return 0
+        try:
+            with run_lock(path) as mine:
+                if mine:
+                    seen = {(*lk.key, lk.seeds) for lk in read_looks(results)}
+                    new = [lk for lk in looks if (*lk.key, lk.seeds) not in seen]
+                    if new:
+                        with open(path, "a", encoding="utf-8") as f:
+                            f.write("".join(json.dumps(asdict(lk)) + "\n" for lk in new))
+                    return 0
+        except OSError:  # read-only, or not ours to write: the evidence is not touched
+            return len(new)
         time.sleep(0.02)
 
 

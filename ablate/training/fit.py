@@ -109,7 +109,9 @@ def run_worker(cfg: RunConfig, prepared: Prepared, facts: dict | None = None) ->
             io.after_save = lambda: status.update(rec_path, times.into(record))
         logger = _logger(cfg, out) if rank0 else False
         trainer = _trainer(cfg, out, logger, _callbacks(cfg, out, clock, budget), io)
-        trainer.fit(module, datamodule=dm, ckpt_path=str(resume.path) if resume else None)
+        # weights_only: a checkpoint of a shared results folder is data, never code (torch.load's pickle)
+        ckpt = str(resume.path) if resume else None
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt, weights_only=True)
         _last_dev_pass(cfg, trainer, module, dm, resume)
         times.trained()
         final = _final_eval(cfg, trainer, module, dm)
@@ -425,7 +427,9 @@ def _resume_state(ckpt_dir: Path, curves: Path) -> ResumeState | None:
         if found is not None and folder.step_of(path) <= found.step:  # last.ckpt is as new: read no more
             break
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            with warnings.catch_warnings():  # torch's note on a pickle protocol it reads all the same
+                warnings.simplefilter("ignore")
+                state = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # noqa: BLE001 - any unreadable file is the same problem: try the next one
             unreadable.append(path)
             continue
@@ -436,8 +440,8 @@ def _resume_state(ckpt_dir: Path, curves: Path) -> ResumeState | None:
     if found is None:
         if unreadable:
             raise CheckpointError(
-                f"{ckpt_dir}: no readable checkpoint ({', '.join(p.name for p in unreadable)}); delete them "
-                "to restart the run, or resume=false"
+                f"{ckpt_dir}: no readable checkpoint ({', '.join(p.name for p in unreadable)}; each read as "
+                "weights alone, never unpickled as objects); delete them to restart the run, or resume=false"
             )
         if curves.is_file():  # no checkpoint (killed before the first, or the folder copied without them):
             curves.unlink()  # the run starts from step 0, so the curve starts again with it
