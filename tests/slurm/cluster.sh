@@ -17,7 +17,11 @@
 # jobs, job ids and accounting from 1).
 set -euo pipefail
 
-STATE=/var/lib/ablate-slurm   # pid files, logs, spool folders
+STATE=/var/lib/ablate-slurm   # pid files, logs, spool folders, the daemons' temporary files
+# The daemons run as their own users (mysql, slurm, munge): the caller's TMPDIR may be a folder only the
+# caller can write (MariaDB then fails with Errcode 13), so no daemon inherits it; MariaDB writes its
+# temporary files in a folder of its own under STATE.
+unset TMPDIR
 MARK="# written by ablate tests/slurm/cluster.sh"
 CLUSTER=ablate
 PARTITION=debug
@@ -164,8 +168,9 @@ start_munge() {
 
 start_mariadb() {
     if ! running "$DB_PID"; then
-        mkdir -p /run/mysqld && chown mysql:mysql /run/mysqld
-        mariadbd --user=mysql --pid-file="$DB_PID" --skip-networking >"$STATE/log/mariadb.log" 2>&1 &
+        mkdir -p /run/mysqld "$STATE/tmp/mariadb" && chown mysql:mysql /run/mysqld "$STATE/tmp/mariadb"
+        mariadbd --user=mysql --pid-file="$DB_PID" --tmpdir="$STATE/tmp/mariadb" --skip-networking \
+            >"$STATE/log/mariadb.log" 2>&1 &
         wait_for 30 mariadb mariadb -e "select 1"
     fi
     if [ "$RESET_DB" = 1 ]; then mariadb -e "DROP DATABASE IF EXISTS $DB_NAME;"; fi
