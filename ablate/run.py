@@ -18,6 +18,7 @@ from ablate.errors import first_line, os_error_line, typed_line
 from ablate.jobs import plan
 from ablate.jobs.sweep import member_config, outcome
 from ablate.records.status import CTRL_C
+from ablate.records.trust import TASK, importable, not_ours
 from ablate.tasks import task_of
 
 register_configs()
@@ -25,10 +26,11 @@ register_configs()
 
 def summary(rec: dict) -> str:
     m = rec.get("metrics", {})
+    task = rec.get("task") or DEFAULT_TASK
     lines = [
         f"run        {rec['run_id']}  ({rec['status']})",
         f"dev PPL    {m.get('dev_ppl', float('nan')):.3f}  (per wordpiece, no label smoothing)",
-        *task_of(rec.get("task") or DEFAULT_TASK).summary(m),
+        *(task_of(task).summary(m) if importable(TASK, task) else [f"task       {not_ours(task)}"]),
         f"params     {rec.get('params', 0):,}  (at paper scale: {rec.get('params_paper_scale', 0):,})",
         f"steps      {rec.get('steps', 0)}  tokens/s {rec.get('tokens_per_s', 0):,.0f}  "
         f"wall {rec.get('wall_time_s', 0):.0f}s  device {rec.get('device', '?')}",

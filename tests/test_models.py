@@ -368,9 +368,10 @@ def test_a_researchers_own_model_goes_through_every_command(tmp_path):
     model = user / "gru_model.py"
     model.write_text(model.read_text() + "\nUNUSED = 1\n")
     code = ("import json, sys; from ablate.records.staleness import why_stale; "
+            "from ablate.records import trust; trust.allow_folder(sys.argv[2]); "  # its rows: the command's
             "from ablate.records.store import find_records; records = find_records(sys.argv[1])[0]; "
             "print(json.dumps({r['run_id']: why_stale(r) for r in records}))")  # fmt: skip
-    stale = json.loads(_run(["-c", code, str(tmp_path / "r")], env, module=False).stdout)
+    stale = json.loads(_run(["-c", code, str(tmp_path / "r"), str(user / "conf")], env, module=False).stdout)
     assert stale and all((why is None) == run_id.startswith("base-") for run_id, why in stale.items()), stale
     # each names the file by its place in the study, never by this machine's path
     assert all("user_model/gru_model.py" in why and str(tmp_path) not in why for why in stale.values() if why)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ablate.records import staleness
+from ablate.records import staleness, trust
 from ablate.records.staleness import runs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -264,6 +264,8 @@ def test_a_task_outside_the_package_stales_a_record_only_for_the_files_it_read(t
     monkeypatch.syspath_prepend(str(folder))
     task = "probe_task:ProbeTask"
     task_of(task)
+    monkeypatch.setattr(trust, "_GIVEN", set())  # what this test's "command" was given, and nothing else
+    trust.allow(trust.TASK, task)  # its own task, as a run's is (reading imports no other)
     rows = {row: [str(folder / "conf" / "model" / f"{row}.yaml")] for row in ("wide", "deep")}
     head = _git_head()
     recs = {row: {"task": task, "git": head, **staleness.outside_facts(task, f)} for row, f in rows.items()}

@@ -269,12 +269,12 @@ def test_a_study_moved_elsewhere_keeps_its_records_current(tmp_path):
     study = tmp_path / "first" / "kernels"
     (study / "conf" / "model").mkdir(parents=True)
     (study / "models").mkdir()
-    (study / "study.yaml").write_text("name: kernels\n")
+    (study / "study.yaml").write_text("name: kernels\ntask: moved_task:MovedTask\n")  # its own: imported
     (study / "moved_task.py").write_text(STUDY_TASK)
     (study / "words.py").write_text("WORDS = ['alpha', 'beta', 'gamma', 'delta']\n")
     (study / "models" / "__init__.py").write_text("")
     (study / "models" / "tiny_model.py").write_text("class Tiny:\n    pass\n")
-    (study / "conf" / "model" / "wide.yaml").write_text("name: wide\n")
+    (study / "conf" / "model" / "wide.yaml").write_text("name: wide\narch: models.tiny_model:Tiny\n")
     head = subprocess.run(
         ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()

@@ -380,7 +380,7 @@ def record_cost(rec: dict) -> float | None:
     """A record's model's cost a step (ablate.jobs.estimate.Count.cost): the Transformer's from the
     record's model (`model_effective`) and its step's tokens (`batch`), another model's from its config;
     None where the record lacks them or its model cannot be built here."""
-    from ablate.config import to_dataclass
+    from ablate.records.trust import record_config
 
     cfg = rec.get("config") or {}
     arch = (cfg.get("model") or {}).get("arch", DEFAULT_ARCH)
@@ -388,7 +388,7 @@ def record_cost(rec: dict) -> float | None:
     try:
         if arch == DEFAULT_ARCH and rec.get("model_effective") and tokens:
             return _transformer_count(TransformerConfig(**rec["model_effective"]), int(tokens)).cost
-        return step_count(to_dataclass(cfg)).cost
+        return step_count(record_config(rec)).cost  # a record naming code not this study's: none
     except Exception:  # noqa: BLE001 - a record this process cannot count is left out of the estimates
         return None
 

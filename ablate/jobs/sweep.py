@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from ablate.config import RunConfig, to_dataclass
 from ablate.config.schema import ConfigError, check_known_keys
+from ablate.records.trust import allow_config, allow_searchpath
 from ablate.tasks import task_of
 
 FINISHED = "finished"
@@ -41,6 +42,8 @@ def member_config(dcfg: DictConfig | RunConfig, task_overrides: list[str], launc
     cfg = to_dataclass(OmegaConf.to_object(dcfg) if typed else dcfg)  # the task's own keys typed
     cfg = apply_row_run(cfg, task_overrides)
     task_of(cfg.task)  # a task= that names no task stops here in one line; a task's data sources register
+    allow_config(cfg)  # the command's own: what reading its records may import (ablate.records.trust)
+    allow_searchpath()
     cfg.model.explicit = sorted(set(cfg.model.explicit) | set(explicit_model_keys(task_overrides)))
     if launcher == "gpus" and cfg.trainer.device_pool is None:
         cfg.trainer.device_pool = []  # every GPU of the machine (devices.pool)

@@ -184,8 +184,10 @@ def run_dir(cfg) -> Path:
 def relocate(config: dict[str, Any], recorded_id: str) -> dict[str, Any]:
     """A record's config (current layout) with each data path that does not exist here replaced by this
     machine's for the same key, where the run's id stays `recorded_id`; as it was otherwise."""
+    from ablate.records.trust import foreign_config
+
     paths = {key: value for key, value in _data_paths(config).items() if not os.path.exists(value)}
-    if not paths:
+    if not paths or foreign_config(config) is not None:  # typing it imports its task: not another study's
         return config
     here = preset_sources(_presets(config))
     candidate = json.loads(json.dumps(config))

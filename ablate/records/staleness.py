@@ -15,6 +15,8 @@ The rule: **a record is current while its code hash is today's, or is the hash o
   records. The list grows with code states that have committed records, never with refactors.
 - An uncommitted change to a task's code counts as a change since every anchor; a record made from
   uncommitted code is current only while its hash is today's.
+- A record naming code that is not this study's (ablate.records.trust) is read as data: nothing of it is
+  imported to be hashed, and it reads stale, by that name.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ablate.config import DEFAULT_TASK, ConfigError
+from ablate.records.trust import ARCH, CRITERION, foreign, importable, not_ours
 from ablate.tasks import BUILTIN, own_code
 
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -237,12 +240,13 @@ def model_folders(config: Any) -> tuple[Path, ...]:
 
     from ablate.config.arch import ARCHS, CRITERIA
 
+    key_of = {"arch": ARCH, "criterion": CRITERION}
     model = (config or {}).get("model") if isinstance(config, dict) else None
     out = []
     for key, ours in (("arch", ARCHS), ("criterion", CRITERIA)):
         name = (model or {}).get(key)
-        if not isinstance(name, str) or name in ours or ":" not in name:
-            continue
+        if not isinstance(name, str) or name in ours or ":" not in name or not importable(key_of[key], name):
+            continue  # find_spec imports a dotted name's parents: only a name this study may import
         try:
             spec = importlib.util.find_spec(name.partition(":")[0])
         except (ImportError, ValueError):
@@ -282,6 +286,8 @@ def why_stale(rec: dict[str, Any]) -> str | None:
 
 
 def _why_stale(rec: dict[str, Any]) -> str | None:
+    if (theirs := foreign(rec)) is not None:  # read as data: its code is never imported to be hashed
+        return not_ours(theirs)
     task = rec.get("task") or DEFAULT_TASK
     files = rec.get("task_files")
     outside = tuple(sorted(files)) if isinstance(files, dict) else None

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ablate import paper
-from ablate.config import DEFAULT_TASK, ModelConfig, default_results, to_dataclass, total_steps
+from ablate.config import DEFAULT_TASK, ModelConfig, default_results, total_steps
 from ablate.config.rows import ordered, resolve_row
 from ablate.config.study import DEFAULT_REFERENCE, package_conf
 from ablate.records.evaluations import Evaluation, Protocol, newest
@@ -24,6 +24,7 @@ from ablate.records.evaluations import read as read_evaluations
 from ablate.records.staleness import why_stale
 from ablate.records.status import shown
 from ablate.records.store import BASELINE, RecordError, find_records, preset_key
+from ablate.records.trust import allow, allow_model, record_config
 
 DEFAULT_CONF_MODEL = package_conf() / "model"
 _STATUS_RANK = {
@@ -226,7 +227,7 @@ class Run:
         if not steps:
             return None
         try:
-            total = total_steps(to_dataclass(self.rec.get("config") or {}))
+            total = total_steps(record_config(self.rec))
         except Exception:  # noqa: BLE001 - a record of another version: the step alone is shown
             total = None
         return max(steps), total
@@ -459,13 +460,16 @@ def collect(
     evaluations that averaged the last `average` checkpoints (Run.metrics)."""
     results_dir = Path(results_dir or default_results())
     warnings: list[str] = []
+    rows = row_configs(conf_dir)
+    allow("task", task)  # the report's own task and row files: what reading its records may import
+    for model in rows.models.values():
+        allow_model(model)
     if not results_dir.exists():
         warnings.append(f"{results_dir}: no such folder (no records)")
         records, errors = [], []
     else:
         records, errors = find_records(results_dir)
     warnings += [f"skipped {e}" for e in errors]
-    rows = row_configs(conf_dir)
     warnings += rows.errors
     excluded: list[str] = []
 

@@ -759,11 +759,12 @@ def _config(coll: Collection, row: str, seed: int, overrides: Sequence[str] = ()
     """The config a printed command's run of `row` at `seed` would have: its own newest record's (else the
     template's), at this seed, into this results folder, with the threads the command gives (a record's
     threads are not part of its identity, so the printed command does not repeat them)."""
-    from ablate.config.schema import RunConfig, to_dataclass
+    from ablate.config.schema import RunConfig
+    from ablate.records.trust import record_config
 
     if not coll.runs.get(row):
         raise ValueError(f"{row}: no record to take its config from")
-    cfg = to_dataclass(list(coll.runs[row].values())[-1].rec["config"])
+    cfg = record_config(list(coll.runs[row].values())[-1].rec)  # ForeignRecord: code not this study's
     given = dict(o.split("=", 1) for o in overrides if o.startswith("trainer.threads="))
     threads = given.get("trainer.threads")
     cfg.trainer.threads = RunConfig().trainer.threads if threads in (None, "null") else int(threads)

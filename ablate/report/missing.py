@@ -324,8 +324,9 @@ def refused_rows(an: Analysis, tmpl: Run | None, rows: list[str]) -> dict[str, s
     """{row: reason} for the rows that the template run's preset cannot hold in their meaning (a run of
     them would stop at once: config.validate), judged only where base itself passes under that config."""
     from ablate.config import ConfigError, ModelConfig, to_dataclass, validate
+    from ablate.records.trust import foreign
 
-    if tmpl is None:
+    if tmpl is None or foreign(tmpl.rec) is not None:  # its config's task would be imported to type it
         return {}
     config = {k: v for k, v in (tmpl.rec.get("config") or {}).items() if k not in ("model", "sweep_name")}
 
