@@ -209,8 +209,8 @@ def test_the_dev_scorer_is_checked_for_every_declared_metric():
 
 def test_the_command_for_more_cells_is_the_one_the_run_was_launched_with():
     """A record that kept its launch: its config folders, experiment and every override but row, seed,
-    resume and results_dir, as argv words (shell-quoted where printed); a record without it: rebuilt from its config (the package's
-    tasks' committed records)."""
+    resume and results_dir, as argv words (shell-quoted where printed); a record without it: rebuilt from
+    its config (the package's tasks' committed records)."""
     from ablate.report.collect import Run
     from ablate.report.missing import command_overrides
 
