@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import keyword
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for path in written:
         print(path)
-    print(f"study {name} in {a.folder}: `cd {a.folder}` and follow its README.md")
+    print(f"study {name} in {a.folder}: `cd {shlex.quote(str(a.folder))}` and follow its README.md")
     return 0
 
 

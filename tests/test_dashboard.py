@@ -334,7 +334,7 @@ def test_report_of_a_real_offline_sweep(tmp_path):
     # the publish commands name every offline run: the two training runs and the report run
     sync = next(line for line in p.stdout.splitlines() if line.strip().startswith("wandb sync"))
     assert len(sync.split()) == 2 + len(runs) == 6
-    assert "python -m ablate.report dashboard" in p.stdout and f"--sweep {sweep}" in p.stdout
+    assert "python -m ablate.report dashboard" in p.stdout and f"--sweep={sweep}" in p.stdout
 
 
 def test_publishing_waits_for_the_synced_runs(monkeypatch, capsys):

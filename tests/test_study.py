@@ -226,13 +226,11 @@ def test_a_printed_command_leaves_out_the_folder_its_study_finds_by_the_rule(tmp
     launch = {"overrides": ["experiment=s", "model=wide", "seed=2"], "searchpath": [ours, other]}
     monkeypatch.chdir(tmp_path)
     assert command_overrides(Run({"launch": launch, "config": {}})) == [
-        f"'hydra.searchpath=[{other}]'",
+        f"hydra.searchpath=[{other}]",
         "experiment=s",
     ]
     monkeypatch.chdir(ROOT)  # outside the study: every folder it was launched with
-    assert (
-        command_overrides(Run({"launch": launch, "config": {}}))[0] == f"'hydra.searchpath=[{ours},{other}]'"
-    )
+    assert command_overrides(Run({"launch": launch, "config": {}}))[0] == f"hydra.searchpath=[{ours},{other}]"
 
 
 def test_a_study_packaged_elsewhere_is_found_by_its_pkg_entry_in_a_clean_shell(tmp_path):

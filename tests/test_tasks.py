@@ -209,8 +209,8 @@ def test_the_dev_scorer_is_checked_for_every_declared_metric():
 
 def test_the_command_for_more_cells_is_the_one_the_run_was_launched_with():
     """A record that kept its launch: its config folders, experiment and every override but row, seed,
-    resume and results_dir, shell-quoted; a record without it: rebuilt from its config (the package's
-    tasks' committed records)."""
+    resume and results_dir, as argv words (shell-quoted where printed); a record without it: rebuilt from
+    its config (the package's tasks' committed records)."""
     from ablate.report.collect import Run
     from ablate.report.missing import command_overrides
 
@@ -219,13 +219,20 @@ def test_the_command_for_more_cells_is_the_one_the_run_was_launched_with():
                       "model.dropout=0.2", "data.train_src='my file.txt'"],
         "searchpath": ["file:///home/r/conf"],
     }  # fmt: skip
-    assert command_overrides(Run({"launch": launch, "config": {}}), "out") == [
-        "'hydra.searchpath=[file:///home/r/conf]'",
+    over = command_overrides(Run({"launch": launch, "config": {}}), "out")
+    assert over == [
+        "hydra.searchpath=[file:///home/r/conf]",
         "experiment=reverse",
         "trainer.threads=1",
-        "'data.train_src='\"'\"'my file.txt'\"'\"''",
+        "data.train_src='my file.txt'",
         "results_dir=out",
     ]
+    from ablate.jobs.command import run_command
+
+    assert run_command(over) == (
+        "python -m ablate.run 'hydra.searchpath=[file:///home/r/conf]' experiment=reverse trainer.threads=1 "
+        "'data.train_src='\"'\"'my file.txt'\"'\"'' results_dir=out"
+    )
     old = {"config": {"recipe": "tiny", "scale": {"name": "tiny"}, "data": {"name": "builtin"}}}
     assert command_overrides(Run(old))[:2] == ["recipe=tiny", "scale=tiny"]
 

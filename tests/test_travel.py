@@ -184,7 +184,7 @@ def test_the_printed_commands_name_data_by_the_variable_that_names_it(tmp_path, 
                             f"data.train_tgt={tmp_path / 'corpus' / 'train.de'}"]}  # fmt: skip
     assert command_overrides(Run({"launch": launch, "config": {}})) == [
         "experiment=table3_multi30k",
-        "'data.train_src=${oc.env:ABLATE_DATA_TRAIN_SRC}'",
+        "data.train_src=${oc.env:ABLATE_DATA_TRAIN_SRC}",
         "data.train_tgt=corpus/train.de",
     ]
     err = capsys.readouterr().err

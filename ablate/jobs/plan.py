@@ -35,6 +35,7 @@ from ablate.config import (
 )
 from ablate.config.arch import DEFAULT_ARCH, DEFAULT_CRITERION, own_values
 from ablate.errors import first_line
+from ablate.jobs.command import override, run_command
 from ablate.jobs.estimate import MEASURE_STEPS, Count, Estimate, Timing, transformer_macs
 from ablate.nn.config import TransformerConfig
 from ablate.records import folder, identity, store
@@ -133,17 +134,15 @@ def state(cfg: RunConfig) -> tuple[str, str]:
     return TO_TRAIN, ""
 
 
-def _overrides_text(overrides: list[str]) -> str:
+def _command_overrides(overrides: list[str]) -> list[str]:
     """A job's overrides as its command gave them, less its results folder, with the command's own
     config folders (a researcher's `hydra.searchpath`)."""
-    import shlex
-
     from hydra.core.hydra_config import HydraConfig
 
     task = [o for o in overrides if not o.startswith(("results_dir=", "hydra.", "hydra/"))]
     if HydraConfig.initialized():
         task += [o for o in HydraConfig.get().overrides.hydra if o.startswith("hydra.searchpath=")]
-    return " ".join(shlex.quote(o) for o in task)
+    return task
 
 
 _TIMINGS: dict[tuple[str, ...], list[Timing]] = {}
@@ -407,9 +406,9 @@ def calibration(cfg: RunConfig, overrides: list[str]) -> dict:
 
     here = this_machine(cfg)
     into = f"{calibration_dir(cfg.results_dir)}/{machine_folder(here)}"
-    command = (
-        f"python -m ablate.run {_overrides_text(overrides)} train.max_steps={MEASURE_STEPS} "
-        f"train.budget_minutes=null train.average_last=0 resume=false results_dir={into}"
+    measure = [f"train.max_steps={MEASURE_STEPS}", "train.budget_minutes=null", "train.average_last=0"]
+    command = run_command(
+        [*_command_overrides(overrides), *measure, "resume=false", override("results_dir", into)]
     )
     size = step_macs(cfg) * total_steps(cfg)
     preset = store.preset_key(cfg.recipe, cfg.scale.name)

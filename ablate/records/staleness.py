@@ -308,6 +308,8 @@ def _why_stale(rec: dict[str, Any]) -> str | None:
     rev = rec.get("git")
     if not rev:
         return f"code {rec.get('code_hash')} != {now} (the record names no revision)"
+    if (bad := revision_problem(rev)) is not None:
+        return f"code {rec.get('code_hash')} != {now} ({bad})"
     changed = _changed_since(rev, task)
     if changed is None:
         return f"code changed since (revision {rev[:10]} is not in this repository's history)"
@@ -315,6 +317,18 @@ def _why_stale(rec: dict[str, Any]) -> str | None:
     if theirs:
         what += (", or " if what else "") + theirs
     return f"code changed since {rev[:10]}: {what or 'its files'}"
+
+
+_REVISION = re.compile(r"[0-9a-f]{7,40}")
+
+
+def revision_problem(rev: Any) -> str | None:
+    """Why a record's revision is never passed to git (a record is data: `--output=...` or `HEAD; ...`
+    would be an option or a name), in one phrase; None for a commit hash (7 to 40 lowercase hex digits)."""
+    if isinstance(rev, str) and _REVISION.fullmatch(rev):
+        return None
+    shown = repr(rev) if len(repr(rev)) <= 40 else repr(rev)[:37] + "..."
+    return f"its revision {shown} is not a commit hash (7 to 40 hex digits): not compared with git"
 
 
 def _outside_changed(task: str, files: Any, roots: tuple[Path, ...] = ()) -> str:
@@ -360,6 +374,8 @@ def _changed_since_head(task: str) -> tuple[str, ...]:
 def _changed_since(rev: str, task: str) -> list[str] | None:
     """The files of `task`'s code whose `result_text` differs between `rev` and now (added and removed
     ones included); None where `rev` is not in this repository's history."""
+    if revision_problem(rev) is not None:
+        return None  # never an option or a name for git
     listing = _git("ls-tree", "-r", "--name-only", rev, "--", "ablate")
     if listing is None:
         return None

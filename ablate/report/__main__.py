@@ -216,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     for w in coll.warnings:
         print(f"warning: {w}", file=sys.stderr)
     print(_selection_line(coll, cells=not getattr(table_fn, "reads_every", False)), file=sys.stderr)
+    from ablate.jobs.command import CommandError
     from ablate.report.decide import LooksError
 
     if (table_fn is None or cmd == "metrics") and not coll.finished(reference):
@@ -233,9 +234,9 @@ def main(argv: list[str] | None = None) -> int:
             if cmd == "metrics"
             else made(cmd, task, table_fn, coll)
         )
-    except (LooksError, PaperError, TableError) as e:  # looks unread: no decision is safe; a paper's file
-        print(f"error: {e}", file=sys.stderr)  # unread; a task's table that cannot be made
-        return 2
+    except (LooksError, PaperError, TableError, CommandError) as e:  # looks unread: no decision is safe;
+        print(f"error: {e}", file=sys.stderr)  # a paper's file unread; a task's table that cannot be made;
+        return 2  # a record's override that no printed command can hold as it was given
     table.notes = notes
     text = render(table, args.format) if args.format != "md" else to_markdown(table)
     out = _out_path(args, cmd)

@@ -29,6 +29,7 @@ from wandb_workspaces.reports.v2 import internal
 from ablate.config import DEFAULT_TASK, default_results
 from ablate.config.rows import group_order
 from ablate.config.study import DEFAULT_REFERENCE
+from ablate.jobs.command import printed_command
 from ablate.report.plots import plot_titles
 
 STEP = "trainer/global_step"
@@ -399,14 +400,15 @@ def main(argv: list[str] | None = None) -> int:
     out = write_spec(report, args.out)
     print(f"[ablate] W&B {mode}: {why}. Report spec: {out}")
     if not report_run_folders():  # the table panel reads the sweep's report run
-        table = ["python", "-m", "ablate.report", "--results", args.results, "--sweep", sweep, "--wandb"]
+        group = wandb_group(chosen, sweep)  # each value after `=`: never read as an option
+        table = [f"--results={args.results}", f"--sweep={sweep}", "--wandb", f"--wandb-group={group}"]
         print("Log the table3 report run first (the table panel shows it):")
-        print("  " + shlex.join([*table, "--wandb-group", wandb_group(chosen, sweep)]))
+        print("  " + printed_command("ablate.report", table))
     print("Publish it with W&B credentials:")
     print("  " + shlex.join(["wandb", "sync", *map(str, offline_folders(chosen))]))
-    cmd = ["python", "-m", "ablate.report", "dashboard", "--results", args.results, "--sweep", sweep]
-    cmd += ["--project", project] + (["--entity", entity] if entity else []) + ["--out", args.out]
-    print("  " + shlex.join(cmd))
+    cmd = ["dashboard", f"--results={args.results}", f"--sweep={sweep}", f"--project={project}"]
+    cmd += [f"--entity={entity}"] if entity else []
+    print("  " + printed_command("ablate.report", [*cmd, f"--out={args.out}"]))
     return 0
 
 

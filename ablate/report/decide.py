@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 from scipy import special as spc
 
+from ablate.jobs.command import run_command, sweep
 from ablate.report.collect import Collection
 from ablate.tasks import Metric
 
@@ -708,8 +709,9 @@ def decide_command(
     reference: str = REFERENCE,
 ) -> tuple[str, list[Look], str] | None:
     """The `python -m ablate.run` commands that train exactly the seeds `next_seeds` asks of each row, one
-    command a distinct list of seeds (a Hydra sweep is a product of rows and seeds), the looks they make, and
-    why with what they cost: the plan's estimate of each of those runs (ablate.jobs.plan); or None."""
+    command a distinct list of seeds (a Hydra sweep is a product of rows and seeds), each printed by
+    run_command (`overrides`: argv words, shell-quoted there), the looks they make, and why with what they
+    cost: the plan's estimate of each of those runs (ablate.jobs.plan); or None."""
     have = {row: len(coll.finished(row)) for row in coll.runs}
     nxt = next_seeds(decisions, coll.scale or "", have, only, reference)
     if nxt is None:
@@ -723,9 +725,7 @@ def decide_command(
         if add:
             groups.setdefault(add, []).append(row)
     cmds = [
-        " ".join(
-            [f"python -m ablate.run -m model={','.join(rows)} seed={','.join(map(str, seeds))}", *overrides]
-        )
+        run_command([sweep("model", rows), sweep("seed", seeds), *overrides], multirun=True)
         for seeds, rows in sorted(groups.items(), key=lambda g: (-len(g[0]), g[0]))
     ]
     runs = [(row, s) for seeds, rows in groups.items() for row in rows for s in seeds]

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
-from collections.abc import Callable
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,15 @@ from ablate.config import (
     default_results,
 )
 from ablate.config.study import Study, current_study
+from ablate.jobs.command import (
+    CommandError,
+    checked_override,
+    hydra_value,
+    override,
+    override_value,
+    run_command,
+    sweep,
+)
 from ablate.records.identity import DATA_PATHS, NOT_IDENTITY, TASK_DATA_PATHS, preset_sources
 from ablate.records.store import MACHINE_KEYS
 from ablate.report.analysis import Analysis
@@ -105,34 +112,34 @@ def unfiled_rows(coll: Collection, rows: list[str], task: str = DEFAULT_TASK) ->
 
 
 def command_overrides(run: Run | None, results_dir: str | None = None) -> list[str]:
-    """The overrides of a command that runs more cells like `run`: those it was launched with (its record's
-    `launch`: its experiment, config folders and every override but row, seed, resume and results_dir),
-    shell-quoted; for a record made before launch was kept, rebuilt from its config (run_overrides)."""
+    """The overrides of a command that runs more cells like `run`, as argv words (run_command shell-quotes
+    them): those it was launched with (its record's `launch`: its experiment, config folders and every
+    override but row, seed, resume and results_dir, each one Hydra parses, else CommandError); for a record
+    made before launch was kept, rebuilt from its config (run_overrides)."""
+    try:
+        return _command_overrides(run, results_dir)
+    except CommandError as e:
+        assert run is not None
+        name = run.rec.get("run_id") or (run.folder.name if "_path" in run.rec else run.row)
+        raise CommandError(f"the record of {name}: {e}; no command is printed from it") from None
+
+
+def _command_overrides(run: Run | None, results_dir: str | None) -> list[str]:
     launch = run.rec.get("launch") if run is not None else None
     if not isinstance(launch, dict) or not isinstance(launch.get("overrides"), list):
-        return placeless(run_overrides(run, results_dir, preset_values(run_overrides(run))), _hydra_value)
-    typed = [e for e in launch.get("searchpath") or [] if e not in current_study().searchpath]
-    out = [f"hydra.searchpath=[{','.join(typed)}]"] if typed else []  # the study's own is found by its rule
+        return placeless(run_overrides(run, results_dir, preset_values(run_overrides(run))))
+    searched = launch.get("searchpath") or []
+    if not isinstance(searched, list) or not all(isinstance(e, str) for e in searched):
+        raise CommandError(f"the record's launch.searchpath {searched!r} is not a list of folders")
+    typed = [e for e in searched if e not in current_study().searchpath]
+    out = [override("hydra.searchpath", typed)] if typed else []  # the study's own is found by its rule
     for o in launch["overrides"]:
-        key = o.lstrip("+~").split("=", 1)[0]
+        key = checked_override(o).lstrip("+~").split("=", 1)[0]
         if key not in ("model", "seed", "resume", "results_dir") and not key.startswith("model."):
             out.append(o)
     if results_dir and results_dir != default_results():
-        out.append(f"results_dir={results_dir}")
-    return [shlex.quote(o) for o in placeless(out, str)]
-
-
-def _hydra_value(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, list | tuple):
-        return "[" + ",".join(_hydra_value(x) for x in v) + "]"
-    s = str(v)
-    if any(ch in s for ch in " ,=[]{}()'\"$*?"):
-        return "'" + s.replace("'", "\\'") + "'"
-    return s
+        out.append(override("results_dir", results_dir))
+    return placeless(out)
 
 
 _SKIP = NOT_IDENTITY | {"data.name"}  # data.name: given as data=<name>
@@ -149,11 +156,11 @@ def run_overrides(
         return out
     preset = preset or {}
     if run.recipe is not None:  # always named: the defaults (recipe=cpu scale=cpu) are not the paper's
-        out.append(f"recipe={run.recipe}")
-    out.append(f"scale={run.scale_name}")
+        out.append(override("recipe", run.recipe))
+    out.append(override("scale", run.scale_name))
     data = run.cfg("data") or {}
     if data.get("name", "builtin") != "builtin":
-        out.append(f"data={data['name']}")
+        out.append(override("data", data["name"]))
     for section, cls in (
         ("base", ArchConfig),
         ("data", DataConfig),
@@ -173,12 +180,12 @@ def run_overrides(
             if key in preset:
                 default = list(preset[key]) if isinstance(preset[key], tuple) else preset[key]
             if v != default:
-                out.append(f"{key}={_hydra_value(v)}")
+                out.append(override(key, v))
     out += node_overrides(run, preset)
     if run.rec.get("task", DEFAULT_TASK) != DEFAULT_TASK:
-        out.append(f"task={run.rec['task']}")
+        out.append(override("task", run.rec["task"]))
     if results_dir and results_dir != default_results():
-        out.append(f"results_dir={_hydra_value(results_dir)}")
+        out.append(override("results_dir", results_dir))
     return out
 
 
@@ -199,14 +206,14 @@ def node_overrides(run: Run, preset: dict[str, Any]) -> list[str]:
             files = sorted((DEFAULT_CONF_MODEL.parent / group).glob("*.yaml"))
             named = {p.stem: yaml.safe_load(p.read_text()) for p in files}
             name = next((n for n, v in named.items() if v.get("_target_") == mine.get("_target_")), None)
-            out.append(f"{group}={name}" if name else f"{group}._target_={mine.get('_target_')}")
+            out.append(override(group, name) if name else override(f"{group}._target_", mine.get("_target_")))
             theirs = {
                 **(named.get(name) or {}),
                 **{k: v for k, v in theirs.items() if k in ("warmup_steps", "scale")},
             }
         for key, value in mine.items():
             if key not in ("_target_", "_partial_") and theirs.get(key, object()) != value:
-                out.append(f"{'' if key in theirs else '+'}{group}.{key}={_hydra_value(value)}")
+                out.append(override(f"{group}.{key}", value, "" if key in theirs else "+"))
     return out
 
 
@@ -218,28 +225,28 @@ def node_overrides(run: Run, preset: dict[str, Any]) -> list[str]:
 DATA_PATH_KEYS = (*DATA_PATHS, *TASK_DATA_PATHS)
 
 
-def placeless(overrides: list[str], quote: Callable[[str], str]) -> list[str]:
-    """`overrides` with each data path as every machine can name it (above), each new value through `quote`
-    (the shell's quoting to come, or Hydra's); a note on stderr for each variable the command reads that
-    this shell does not set."""
+def placeless(overrides: list[str]) -> list[str]:
+    """`overrides` with each data path as every machine can name it (above), each new value in Hydra's
+    grammar; a note on stderr for each variable the command reads that this shell does not set."""
     out, unset = [], []
     for o in overrides:
-        key, _, value = o.lstrip("+~").partition("=")
-        key_as_given = o[: len(o) - len(value) - 1]
-        path = os.path.expanduser(value.strip("'\""))
+        key_as_given = o.partition("=")[0]
+        key = key_as_given.lstrip("+~")
         if key in MACHINE_KEYS:  # where the launching machine kept its cache: this one keeps its own
             continue
-        if key not in DATA_PATH_KEYS or not os.path.isabs(path):
+        value = override_value(o) if key in DATA_PATH_KEYS else None
+        path = os.path.expanduser(value) if isinstance(value, str) else ""
+        if not os.path.isabs(path):
             out.append(o)
             continue
         here = Path.cwd().resolve()
         if Path(path).resolve().is_relative_to(here):
-            out.append(f"{key_as_given}={quote(Path(path).resolve().relative_to(here).as_posix())}")
+            out.append(f"{key_as_given}={hydra_value(Path(path).resolve().relative_to(here).as_posix())}")
             continue
         var = preset_sources(tuple(overrides)).get(key)
-        if var is None:
+        if var is None or not re.fullmatch(r"\w+", var):
             var = "ABLATE_" + re.sub(r"\W", "_", key).upper()
-            out.append(f"{key_as_given}={quote(f'${{oc.env:{var}}}')}")
+            out.append(f"{key_as_given}=${{oc.env:{var}}}")  # an interpolation: read where the command runs
         if var not in os.environ:
             unset.append((var, key))
     for var, key in dict.fromkeys(unset):
@@ -263,7 +270,7 @@ def missing_commands(
     tmpl = an.coll.template()
     over = command_overrides(tmpl, results_dir)
     if tmpl is None and (experiment := study_experiment(study or current_study())) is not None:
-        over.insert(0, shlex.quote(f"experiment={experiment}"))  # no record yet: the study's own presets
+        over.insert(0, override("experiment", experiment))  # no record yet: the study's own presets
     wanted = list(dict.fromkeys(row for row, _ in cells))
     refused = unfiled_rows(an.coll, wanted, task)
     refused |= refused_rows(an, tmpl, sorted(set(wanted) - set(refused)))
@@ -280,15 +287,8 @@ def missing_commands(
         for row, ss in need.items():
             by_seeds.setdefault(tuple(sorted(ss)), []).append(row)
         for ss, rs in by_seeds.items():
-            cmd = [
-                "python -m ablate.run -m",
-                f"model={','.join(rs)}",
-                f"seed={','.join(map(str, ss))}",
-                *over,
-            ]
-            if rerun:
-                cmd.append("resume=false")
-            out.append(" ".join(cmd))
+            words = [sweep("model", rs), sweep("seed", ss), *over]
+            out.append(run_command([*words, *(["resume=false"] if rerun else [])], multirun=True))
     return out
 
 
