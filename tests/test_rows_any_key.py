@@ -129,10 +129,11 @@ def test_a_sweep_of_a_schedule_key_reports_each_setting_as_a_row(study):
                        env=env, capture_output=True, text=True, timeout=600)  # fmt: skip
     assert p.returncode == 0, p.stderr[-3000:]
     summary = p.stdout.split("## Table")[0]
-    for value in (3, 8):
-        keys = f"schedule.warmup_steps={value} train.max_steps=20"  # every key the command line varied
+    for value in (3, 8):  # the key the sweep varied names each row; the one both were given, the table
+        keys = f"schedule.warmup_steps={value}"
         row = f"| base {keys} | {keys} |"
         assert row in summary, summary
+    assert "Every run was given `train.max_steps=20` beyond its row." in summary
     assert "duplicate" not in p.stdout + p.stderr
     assert len(list(results.glob("base/*/record.json"))) == 2
     assert os.path.exists(study / "t.md")

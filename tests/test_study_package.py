@@ -106,3 +106,43 @@ def test_a_study_runs_from_an_empty_folder_on_the_installed_wheel(venv, tmp_path
             assert trained == named(command) - set(before), (command, trained)
         if flag.startswith("--missing"):
             assert len(printed) == 1 and named(printed[0]) == {("base", 3), ("wide", 3)}
+
+
+def test_a_model_study_trains_with_the_default_logger_on_the_installed_wheel(venv, tmp_path):
+    """`ablate.new --model` (a study of its own model), its README's first command with nothing added:
+    the default logger (W&B, offline without credentials) trains it; the report and the command it prints
+    run as printed."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    shell("python -m ablate.new gstudy --model", work, venv, home)
+    study = work / "gstudy"
+    out = shell("python -m ablate.run experiment=gstudy recipe=tiny scale=tiny", study, venv, home)
+    assert "W&B offline" in out
+    (rec,) = (study / "results").glob("*/*/record.json")  # (W&B's offline copy lies below it)
+    assert json.loads(rec.read_text())["status"] == "finished"
+    shell("python -m ablate.report --out report.md --no-plots", study, venv, home)
+    assert "1 run(s) read" in (study / "report.md").read_text()
+    (line,) = shell("python -m ablate.report --missing-command", study, venv, home).strip().splitlines()
+    assert "experiment=gstudy" in shlex.split(line), line
+    shell(f"{line} recipe=tiny scale=tiny", study, venv, home)  # as printed, the tiny presets added
+    assert len(list((study / "results").glob("*/*/record.json"))) == 2
+
+
+def test_the_installed_package_finds_its_configs_where_the_wheel_holds_them(venv, tmp_path):
+    """The package's configs as the wheel holds them (ablate/conf): a Multi30k record's data root is read
+    from MULTI30K_DIR, and a row of the package composes the run the checkout composes (the same id)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    code = (
+        "from ablate.config.study import package_conf; from ablate.records.identity import preset_sources; "
+        "print(package_conf()); print(preset_sources(('experiment=table3_multi30k',)))"
+    )
+    conf, sources = shell(f"python -c {shlex.quote(code)}", tmp_path, venv, home).strip().splitlines()
+    assert Path(conf).parts[-2:] == ("ablate", "conf") and not conf.startswith(str(ROOT)), conf
+    assert sources == "{'data.root': 'MULTI30K_DIR'}"
+    installed = shell("python -m ablate.run model=C3 --plan", tmp_path, venv, home)
+    here = subprocess.run([sys.executable, "-m", "ablate.run", "model=C3", "--plan"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300).stdout  # fmt: skip
+    ids = [next(w for w in out.split() if w.startswith("C3-")) for out in (installed, here)]
+    assert ids[0] == ids[1], ids

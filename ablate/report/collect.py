@@ -112,6 +112,7 @@ def row_configs(conf_dir: str | Path | list | None = None) -> RowConfigs:
 class Run:
     rec: dict[str, Any]
     stale: list[str] = field(default_factory=list)  # reasons
+    common: frozenset[str] = frozenset()  # the varied keys every run of the table shares (_one_per_cell)
     evaluations: list[Evaluation] = field(default_factory=list)  # after training, oldest first
     average: int | None = None  # dev figures of `ablate.evaluate --split dev --average N`; None: its own
 
@@ -122,9 +123,10 @@ class Run:
     @property
     def setting(self) -> str:
         """The table's row for this record: its row, and the keys its command line varied beyond the
-        row (RunConfig.varies), so that each setting of a sweep over non-row keys is a row of its own."""
-        varies = self.cfg("varies") or []
-        return " ".join([self.row, *map(str, varies)])
+        row (RunConfig.varies), so that each setting of a sweep over non-row keys is a row of its own; a key
+        every run of the table was given alike is the table's, not a row's (`common`)."""
+        varies = [str(v) for v in self.cfg("varies") or [] if str(v) not in self.common]
+        return " ".join([self.row, *varies])
 
     @property
     def seed(self) -> int:
@@ -302,6 +304,7 @@ class Collection:
     every: list[Run] = field(default_factory=list)
     duplicates: int = 0  # records of `every` not chosen for their (row, seed) cell
     reference: str = DEFAULT_REFERENCE  # the row every other is compared against (the study's; --reference)
+    common: tuple[str, ...] = ()  # the keys beyond its row that every run was given alike (Run.common)
 
     def left_out(self, cells: bool = True) -> list[str]:
         """What a table leaves out, a line a group: a table of cells also every duplicate of a cell."""
@@ -477,6 +480,10 @@ def collect(
     baselines = [r for r in every if r.rec.get("group") == BASELINE and r.rec.get("task") == task]
     every = [r for r in every if r.rec.get("group") != BASELINE]
     runs, preset, why = _select(every, task, preset, sweep, excluded, reference)
+    given = [frozenset(map(str, r.cfg("varies") or [])) for r in runs]
+    common = frozenset.intersection(*given) if given else frozenset()
+    for r in runs:  # a key every run was given alike names the table, not a row (Run.setting)
+        r.common = common
     chosen, duplicates = _one_per_cell(runs, rows)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get(reference, {}).values()), None)
@@ -497,4 +504,5 @@ def collect(
         baselines=[r for r in baselines if r.status == "finished"],
         every=runs,
         reference=reference,
+        common=tuple(sorted(common)),
     )

@@ -579,6 +579,8 @@ def _head(an: Analysis) -> list[str]:
     seeds = ", ".join(map(str, coll.seeds())) or "none"
     lines = [f"# {report_title(an)}", ""]
     lines.append(f"Records: {n_rec} run(s) read from `{shown_path(coll.results_dir)}`; seeds seen: {seeds}.")
+    if coll.common:
+        lines.append(f"Every run was given {', '.join(f'`{k}`' for k in coll.common)} beyond its row.")
     lines += [line for line in (_scale_line(an), _reference_line(an), agreement_line(an)) if line]
     if coll.average is not None:
         lines.append(_protocol_line(coll.average))
