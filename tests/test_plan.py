@@ -124,10 +124,8 @@ def test_a_sweep_trains_its_good_rows_and_refuses_each_bad_row_file_alone_and_th
     assert "(scaled: 1 record(s) of base, by the cost of a step)" in lines[("A1", 2)]
     assert f"  {ids[('base', 2)]}  to train  ~" in lines[("base", 2)]
     assert "(measured: 1 record of base)" in lines[("base", 2)]
-    assert (
-        "recipe=tiny scale=tiny  N 1, d_model 32, d_ff 128, h 1, d_k 32, d_v 32, P_drop 0.1"
-        in lines[("A1", 1)]
-    )
+    assert "recipe=tiny scale=tiny  varies trainer=cpu  " in lines[("A1", 1)]  # the command's own group
+    assert "  N 1, d_model 32, d_ff 128, h 1, d_k 32, d_v 32, P_drop 0.1" in lines[("A1", 1)]
     last = p.stdout.strip().splitlines()[-1]
     assert last.startswith("[plan] plan of 4 runs: 1 finished, 1 to resume, 1 to retry, 1 to train; ~")
     assert last.endswith(" of wall time at 1 at a time, the basic launcher")
