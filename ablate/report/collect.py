@@ -112,7 +112,6 @@ def row_configs(conf_dir: str | Path | list | None = None) -> RowConfigs:
 class Run:
     rec: dict[str, Any]
     stale: list[str] = field(default_factory=list)  # reasons
-    common: frozenset[str] = frozenset()  # the varied keys every run of the table shares (_one_per_cell)
     evaluations: list[Evaluation] = field(default_factory=list)  # after training, oldest first
     average: int | None = None  # dev figures of `ablate.evaluate --split dev --average N`; None: its own
 
@@ -120,13 +119,11 @@ class Run:
     def row(self) -> str:
         return str(self.rec.get("row") or self.cfg("model", {}).get("name") or "?")
 
-    @property
-    def setting(self) -> str:
+    def setting(self, common: frozenset[str] = frozenset()) -> str:
         """The table's row for this record: its row, and the keys its command line varied beyond the
         row (RunConfig.varies), so that each setting of a sweep over non-row keys is a row of its own; a key
-        every run of the table was given alike is the table's, not a row's (`common`)."""
-        varies = [str(v) for v in self.cfg("varies") or [] if str(v) not in self.common]
-        return " ".join([self.row, *varies])
+        every run of the table was given alike (`common`) is the table's, not a row's."""
+        return " ".join([self.row, *(v for v in map(str, self.cfg("varies") or []) if v not in common)])
 
     @property
     def seed(self) -> int:
@@ -304,7 +301,7 @@ class Collection:
     every: list[Run] = field(default_factory=list)
     duplicates: int = 0  # records of `every` not chosen for their (row, seed) cell
     reference: str = DEFAULT_REFERENCE  # the row every other is compared against (the study's; --reference)
-    common: tuple[str, ...] = ()  # the keys beyond its row that every run was given alike (Run.common)
+    common: tuple[str, ...] = ()  # the keys beyond its row that every run was given alike (Run.setting)
 
     def left_out(self, cells: bool = True) -> list[str]:
         """What a table leaves out, a line a group: a table of cells also every duplicate of a cell."""
@@ -435,13 +432,15 @@ def _ambiguous(runs: list[Run], why: str) -> None:
     )
 
 
-def _one_per_cell(runs: list[Run], rows: RowConfigs) -> tuple[dict[str, dict[int, Run]], int]:
+def _one_per_cell(
+    runs: list[Run], rows: RowConfigs, common: frozenset[str]
+) -> tuple[dict[str, dict[int, Run]], int]:
     """One record per (setting, seed): finished before running before failed, then the newest; and how
     many were not chosen. A setting is a row and the keys a command line varied with it (Run.setting)."""
     chosen: dict[str, dict[int, Run]] = {}
     dup = 0
     for r in sorted(runs, key=lambda r: (_STATUS_RANK[r.status], _neg_time(r))):
-        by_seed = chosen.setdefault(r.setting, {})
+        by_seed = chosen.setdefault(r.setting(common), {})
         if r.seed in by_seed:
             dup += 1
             continue
@@ -481,10 +480,8 @@ def collect(
     every = [r for r in every if r.rec.get("group") != BASELINE]
     runs, preset, why = _select(every, task, preset, sweep, excluded, reference)
     given = [frozenset(map(str, r.cfg("varies") or [])) for r in runs]
-    common = frozenset.intersection(*given) if given else frozenset()
-    for r in runs:  # a key every run was given alike names the table, not a row (Run.setting)
-        r.common = common
-    chosen, duplicates = _one_per_cell(runs, rows)
+    common = frozenset.intersection(*given) if given else frozenset()  # names the table, not a row
+    chosen, duplicates = _one_per_cell(runs, rows, common)
     chosen = {row: dict(sorted(chosen[row].items())) for row in ordered(chosen)}
     base = next(iter(chosen.get(reference, {}).values()), None)
     tmpl = base or next((r for by in chosen.values() for r in by.values()), None)

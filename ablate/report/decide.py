@@ -229,18 +229,18 @@ def record_looks(results: Path, looks: list[Look]) -> int:
     looks a folder that cannot be written (a read-only copy of a table) did not keep: it is left as it is."""
     from ablate.records.folder import run_lock
 
+    def unseen() -> list[Look]:
+        seen = {(*lk.key, lk.seeds) for lk in read_looks(results)}
+        return [lk for lk in looks if (*lk.key, lk.seeds) not in seen]
+
     path = Path(results) / LOOKS
     while True:
-        seen = {(*lk.key, lk.seeds) for lk in read_looks(results)}
-        new = [lk for lk in looks if (*lk.key, lk.seeds) not in seen]
-        if not new:
+        if not (new := unseen()):  # nothing to keep: no lock taken (a read-only folder stays as it is)
             return 0
         try:
             with run_lock(path) as mine:
                 if mine:
-                    seen = {(*lk.key, lk.seeds) for lk in read_looks(results)}
-                    new = [lk for lk in looks if (*lk.key, lk.seeds) not in seen]
-                    if new:
+                    if new := unseen():  # what another command wrote meanwhile counts
                         with open(path, "a", encoding="utf-8") as f:
                             f.write("".join(json.dumps(asdict(lk)) + "\n" for lk in new))
                     return 0
